@@ -1,0 +1,268 @@
+"""Rounding to a format, and the codes of a format.
+
+``round(x, fmt, mode)`` returns values of ``fmt`` in ``x``'s float dtype;
+``encode`` returns their bit patterns; ``decode`` turns codes back into
+values.  All three run one numba mechanism (:mod:`fp8sim._kernels`) that is
+parameterized by the format and the mode.
+
+Rounding modes
+--------------
+``"rne"`` nearest, ties to even (IEEE default) · ``"rna"`` nearest, ties
+away from zero · ``"rtz"`` toward zero · ``"rup"`` toward +inf · ``"rdn"``
+toward -inf · ``"rto"`` round to odd (inexact results take the neighbour
+whose code is odd) · ``"sr"`` stochastic (round away from zero with
+probability equal to the fractional distance, truncated to ``sr_bits``
+bits; reproducible from ``seed``).
+
+Special values and overflow
+---------------------------
+* NaN gives NaN (sign kept where the format has signed NaNs).  The sign of
+  zero is kept where the format has -0 (not in 'fnuz' formats).
+* ``saturate=True`` clamps overflow, and +-inf, to +-max, as the OCP
+  ``satfinite`` conversion (PTX ``cvt.rn.satfinite``) does.
+* Otherwise IEEE 754 rules, rounding as if the exponent range were
+  unbounded: the nearest modes and ``sr`` overflow to +-inf; ``rtz`` to
+  +-max; ``rup`` to +inf or -max, ``rdn`` to +max or -inf; ``rto`` to +-max
+  (round to odd never leaves the finite range).  Where the format has no
+  infinity the result is NaN; where it has neither infinity nor NaN (OCP
+  FP4/FP6: e2m1, e2m3, e3m2) overflow always saturates, as the OCP MX
+  specification requires.
+* ``flush_subnormals=True`` replaces subnormal results by zero of the same
+  sign (after rounding: a value that rounds up to the smallest normal is
+  kept).
+* E8M0 has no zero and no sign: 0 and negative inputs give NaN (0xFF), as
+  in ml_dtypes; positive values below 2**-127 give 2**-127.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+from . import _kernels as K
+from .formats import Format, NanStyle
+from .formats import format as _lookup
+
+__all__ = ["MODES", "round", "encode", "decode", "decode_table", "sr_random_bits"]
+
+MODES = {"rne": K.RNE, "rna": K.RNA, "rtz": K.RTZ, "rup": K.RUP, "rdn": K.RDN, "rto": K.RTO, "sr": K.SR}
+_MODE_ALIASES = {
+    "nearest": "rne", "rn": "rne", "even": "rne", "tiestoeven": "rne",
+    "away": "rna", "tiestoaway": "rna",
+    "zero": "rtz", "rz": "rtz", "towardzero": "rtz", "truncate": "rtz",
+    "up": "rup", "ru": "rup", "ceil": "rup", "towardpositive": "rup",
+    "down": "rdn", "rd": "rdn", "floor": "rdn", "towardnegative": "rdn",
+    "odd": "rto", "stochastic": "sr",
+}
+
+
+def _mode(mode: str) -> int:
+    if not isinstance(mode, str):
+        raise TypeError(f"mode must be a string, one of {', '.join(MODES)}; got {type(mode).__name__}")
+    key = mode.strip().lower()
+    key = _MODE_ALIASES.get(key, key)
+    if key not in MODES:
+        raise ValueError(f"unknown rounding mode {mode!r}; known modes: {', '.join(MODES)}")
+    return MODES[key]
+
+
+def _float_array(x, func: str) -> np.ndarray:
+    arr = np.asarray(x)
+    if arr.dtype.kind == "f" and arr.dtype.itemsize in (4, 8) and not arr.dtype.isnative:
+        arr = arr.astype(arr.dtype.newbyteorder("="))  # byte order only; values unchanged
+    if arr.dtype not in (np.float32, np.float64):
+        raise TypeError(
+            f"fp8sim.{func}: x must be a float32 or float64 array, got dtype {arr.dtype}; "
+            "convert it explicitly (e.g. x.astype(np.float32)) -- nothing is cast silently"
+        )
+    return arr
+
+
+def _sr_key(seed) -> np.uint64:
+    if seed is None:
+        raise ValueError(
+            "stochastic rounding needs a source of randomness: pass seed=<int> or "
+            "seed=<numpy.random.Generator>"
+        )
+    if isinstance(seed, np.random.Generator):
+        return np.uint64(seed.integers(0, 2**63, dtype=np.int64)) * np.uint64(2) + np.uint64(1)
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
+        raise TypeError(f"seed must be an int or a numpy.random.Generator, got {type(seed).__name__}")
+    return np.uint64(int(seed) & 0xFFFFFFFFFFFFFFFF)
+
+
+def _sr_bits(sr_bits) -> int:
+    if sr_bits is None:
+        return 52
+    if isinstance(sr_bits, (bool, np.bool_)) or not isinstance(sr_bits, (int, np.integer)):
+        raise TypeError(f"sr_bits must be an int in 1..52 or None, got {type(sr_bits).__name__}")
+    if not 1 <= sr_bits <= 52:
+        raise ValueError(f"sr_bits must be in 1..52, got {sr_bits}")
+    return int(sr_bits)
+
+
+def _params(fmt: Format, mode: int, saturate: bool, flush: bool, sr_bits: int) -> tuple:
+    no_special = fmt.nan is NanStyle.NONE
+    return mode, (
+        np.int64(fmt.mbits),
+        np.int64(fmt.emin),
+        np.int64(fmt.emax),
+        np.int64(fmt.max_code_mag),
+        np.float64(fmt.max),
+        np.int64(fmt.sign_mask),
+        bool(fmt.signed),
+        bool(fmt.has_negative_zero),
+        bool(fmt.subnormals),
+        np.int64(-1 if fmt.inf_code is None else fmt.inf_code),
+        np.int64(-1 if fmt.nan_code is None else fmt.nan_code),
+        np.int64(1 if (saturate or no_special) else 0),
+        bool(flush),
+        np.int64(sr_bits),
+    )
+
+
+def _prepare(x, fmt, mode, saturate, flush_subnormals, seed, sr_bits, func):
+    fmt = _lookup(fmt)
+    m = _mode(mode)
+    arr = _float_array(x, func)
+    key = _sr_key(seed) if m == K.SR else np.uint64(0)
+    srb = _sr_bits(sr_bits)
+    flat = np.ascontiguousarray(arr).reshape(-1)
+    return fmt, arr, flat, _params(fmt, m, bool(saturate), bool(flush_subnormals), srb), key
+
+
+def round(x, fmt, mode: str = "rne", *, saturate: bool = False, flush_subnormals: bool = False,
+          seed=None, sr_bits: int | None = None) -> np.ndarray:  # noqa: A001 - public API name
+    """Round ``x`` to the values of ``fmt``.
+
+    Parameters
+    ----------
+    x : float32 or float64 array (or scalar)
+    fmt : Format or name (``"e4m3"``, ``"e5m2"``, ...)
+    mode : ``"rne"``, ``"rna"``, ``"rtz"``, ``"rup"``, ``"rdn"``, ``"rto"`` or ``"sr"``
+    saturate : clamp overflow and +-inf to +-max (OCP satfinite)
+    flush_subnormals : replace subnormal results by signed zero
+    seed : int or numpy Generator; required for ``"sr"``
+    sr_bits : number of random bits for ``"sr"`` (probability truncated to
+        that many bits, as hardware SR units do); default 52
+
+    Returns
+    -------
+    Array of ``x``'s dtype and shape holding values of ``fmt``.
+    """
+    fmt, arr, flat, (m, params), key = _prepare(x, fmt, mode, saturate, flush_subnormals, seed, sr_bits, "round")
+    if arr.dtype == np.float32 and not fmt.fits_float32:
+        raise ValueError(f"format {fmt.name} has values that float32 cannot hold; pass float64 input")
+    out = np.empty(flat.shape, dtype=arr.dtype)
+    if flat.size:
+        K.KERNELS[m](flat, out, False, params, key)
+    return out.reshape(arr.shape)
+
+
+def encode(x, fmt, mode: str = "rne", *, saturate: bool = False, flush_subnormals: bool = False,
+           seed=None, sr_bits: int | None = None) -> np.ndarray:
+    """Round ``x`` to ``fmt`` and return the bit patterns.
+
+    Same arguments and rounding as :func:`round`.  Codes are uint8 for
+    formats of up to 8 bits, uint16 up to 16 bits, uint32 up to 32 bits;
+    sub-byte formats (FP4, FP6) use the low bits of a uint8.  View them as
+    ml_dtypes arrays with ``codes.view(fmt.ml_dtype)`` where one exists.
+    NaN cannot be encoded in formats without NaN (e2m1, e2m3, e3m2): that
+    raises ValueError.
+    """
+    fmt, arr, flat, (m, params), key = _prepare(x, fmt, mode, saturate, flush_subnormals, seed, sr_bits, "encode")
+    if fmt.nan is NanStyle.NONE and flat.size and np.isnan(flat).any():
+        raise ValueError(f"format {fmt.name} has no NaN: NaN inputs cannot be encoded (replace them first)")
+    out = np.empty(flat.shape, dtype=fmt.code_dtype)
+    if flat.size:
+        K.KERNELS[m](flat, out, True, params, key)
+    return out.reshape(arr.shape)
+
+
+@lru_cache(maxsize=None)
+def decode_table(fmt: Format) -> np.ndarray:
+    """Values of all ``2**bits`` codes of a format of at most 16 bits (read-only)."""
+    fmt = _lookup(fmt)
+    if fmt.bits > 16:
+        raise ValueError(f"decode_table: {fmt.name} has {fmt.bits} bits; tables exist up to 16 bits")
+    codes = np.arange(fmt.num_codes, dtype=np.int64)
+    table = _decode_arith(codes, fmt).astype(fmt.value_dtype)
+    table.setflags(write=False)
+    return table
+
+
+def _decode_arith(codes: np.ndarray, fmt: Format) -> np.ndarray:
+    """Decode int64 codes arithmetically to float64 (vectorized)."""
+    sign = (codes & fmt.sign_mask) != 0 if fmt.signed else np.zeros(codes.shape, bool)
+    mag = codes & ((1 << (fmt.ebits + fmt.mbits)) - 1)
+    e_field = mag >> fmt.mbits
+    m_field = (mag & ((1 << fmt.mbits) - 1)).astype(np.float64)
+    frac = m_field / float(1 << fmt.mbits)
+    if fmt.subnormals:
+        val = np.where(e_field == 0, frac * 2.0 ** fmt.emin, np.ldexp(1.0 + frac, (e_field - fmt.bias)))
+    else:
+        val = np.ldexp(1.0 + frac, (e_field - fmt.bias))
+    val = np.where(sign, -val, val)
+    top = (1 << fmt.ebits) - 1
+    if fmt.nan is NanStyle.IEEE:
+        special = e_field == top
+        if fmt.inf:
+            val = np.where(special & (m_field == 0), np.where(sign, -np.inf, np.inf), val)
+            val = np.where(special & (m_field != 0), np.nan, val)
+        else:
+            val = np.where(special, np.nan, val)
+    elif fmt.nan is NanStyle.OCP:
+        val = np.where(mag == (1 << (fmt.ebits + fmt.mbits)) - 1, np.nan, val)
+    elif fmt.nan is NanStyle.FNUZ:
+        val = np.where(codes == fmt.sign_mask, np.nan, val)
+    return val
+
+
+def decode(codes, fmt) -> np.ndarray:
+    """Values of the codes of ``fmt``: float32, or float64 where float32 cannot hold the format.
+
+    ``codes`` must be an unsigned integer array of the format's code dtype
+    (uint8 up to 8 bits, uint16 up to 16, uint32 up to 32), or an ml_dtypes
+    array of the format's own dtype.  Codes with bits above the format's
+    width raise ValueError.
+    """
+    fmt = _lookup(fmt)
+    arr = np.asarray(codes)
+    ml = fmt.ml_dtype
+    if ml is not None and arr.dtype.kind == "V" and arr.dtype == np.dtype(ml):
+        arr = arr.view(fmt.code_dtype)  # an ml_dtypes array of this format
+    if arr.dtype != fmt.code_dtype:
+        raise TypeError(
+            f"fp8sim.decode: codes of {fmt.name} must be {fmt.code_dtype} "
+            f"(or {np.dtype(ml).name if ml is not None else 'its ml_dtypes type'}), got {arr.dtype}"
+        )
+    flat = np.ascontiguousarray(arr).reshape(-1)
+    if fmt.bits < 8 * fmt.code_dtype.itemsize and flat.size and int(flat.max()) >= fmt.num_codes:
+        raise ValueError(f"fp8sim.decode: codes of {fmt.name} must be < {fmt.num_codes}, got {int(flat.max())}")
+    if fmt.bits <= 16:
+        table = decode_table(fmt)
+        out = np.empty(flat.shape, dtype=table.dtype)
+        if flat.size:
+            K.decode_kernel(flat, table, out)
+    else:
+        out = _decode_arith(flat.astype(np.int64), fmt).astype(fmt.value_dtype)
+    return out.reshape(arr.shape)
+
+
+def sr_random_bits(seed, n: int) -> np.ndarray:
+    """The uint64 random words that ``mode="sr"`` uses for elements 0..n-1.
+
+    Stochastic rounding of element ``i`` rounds away from zero iff
+    ``floor(f * 2**b) + (r[i] >> (64 - b)) >= 2**b`` with ``f`` the
+    fractional distance and ``b = sr_bits``.  Exposed so that the rule can
+    be checked against independent implementations.
+    """
+    key = _sr_key(seed)
+    i = np.arange(n, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        z = key + (i + np.uint64(1)) * K._GOLDEN
+        z = (z ^ (z >> np.uint64(30))) * K._M1
+        z = (z ^ (z >> np.uint64(27))) * K._M2
+    return z ^ (z >> np.uint64(31))
+

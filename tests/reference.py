@@ -1,0 +1,105 @@
+"""An independent, slow-but-simple rounding reference for tests and scripts.
+
+It shares no code with fp8sim's kernel: it sorts the finite values of a
+format (from the decode table, itself checked code by code against
+ml_dtypes and gfloat), brackets each input between its two neighbours with
+``searchsorted`` and applies each mode's definition literally:
+
+* nearest modes compare against the exact midpoint (exact in float64 for
+  formats of up to 16 bits);
+* ties to even / round to odd look at the parity of the code;
+* overflow: a virtual value one top-binade ulp past ``max`` stands for the
+  next value of an unbounded exponent range (IEEE 754 7.4).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def finite_values(fmt, table):
+    """Sorted non-negative finite values of the format and their codes."""
+    codes = np.arange(table.size)
+    mag_ok = (codes & ~fmt.sign_mask) == codes if fmt.signed else np.ones(table.size, bool)
+    ok = np.isfinite(table) & mag_ok & (table >= 0)
+    vals = table[ok].astype(np.float64)
+    cods = codes[ok]
+    order = np.argsort(vals, kind="stable")
+    vals, cods = vals[order], cods[order]
+    # drop duplicates (+0 appears once since we kept sign-clear codes only)
+    return vals, cods
+
+
+def round_reference(x, fmt, table, mode, saturate=False, u=None):
+    """Round float64 array ``x`` to ``fmt`` by bracketing (see module doc).
+
+    ``u`` (uniform in (0, 1]) is needed for mode "sr": round away iff
+    ``u <= frac`` where frac is the fractional distance.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    vals, codes = finite_values(fmt, table)
+    vmax = vals[-1]
+    top_ulp = 2.0 ** (fmt.emax - fmt.mbits)
+    ext_vals = np.append(vals, vmax + top_ulp)  # virtual next value
+    ext_codes = np.append(codes, codes[-1] + 1)  # its parity = next code's
+
+    neg = np.signbit(x)
+    a = np.abs(x)
+    out = np.empty_like(a)
+    nan = np.isnan(x)
+    inf = np.isinf(x)
+    fin = ~nan & ~inf
+    af = np.where(fin, a, 0.0)
+    af_c = np.minimum(af, ext_vals[-1])
+    hi_i = np.searchsorted(ext_vals, af_c, side="left")  # first value >= a
+    exact = ext_vals[np.minimum(hi_i, ext_vals.size - 1)] == af_c
+    lo_i = np.where(exact, hi_i, hi_i - 1)
+    lo_i = np.maximum(lo_i, 0)
+    lo = ext_vals[lo_i]
+    hi = ext_vals[np.minimum(hi_i, ext_vals.size - 1)]
+    beyond = af > ext_vals[-1]  # past even the virtual value: certainly overflow
+    below = af < vals[0]  # only for formats without zero
+    frac_num = af_c - lo
+    frac_den = np.where(hi > lo, hi - lo, 1.0)
+    mid = (lo + hi) / 2
+    lo_odd = (ext_codes[lo_i] & 1) == 1
+    if mode == "rne":
+        up = (af_c > mid) | ((af_c == mid) & lo_odd)
+    elif mode == "rna":
+        up = af_c >= mid
+    elif mode == "rtz":
+        up = np.zeros(a.shape, bool)
+    elif mode == "rup":
+        up = ~neg
+    elif mode == "rdn":
+        up = neg
+    elif mode == "rto":
+        up = lo_odd == False  # noqa: E712  (pick the odd neighbour)
+    elif mode == "sr":
+        up = u * frac_den <= frac_num
+    else:
+        raise ValueError(mode)
+    up = up & ~exact
+    r = np.where(up, hi, lo)
+    over = (r > vmax) | beyond
+    if saturate or fmt.nan.value == "none":
+        r = np.where(over, vmax, r)
+    else:
+        to_max = {"rtz": np.ones(a.shape, bool), "rto": np.ones(a.shape, bool),
+                  "rup": neg, "rdn": ~neg}.get(mode, np.zeros(a.shape, bool))
+        big = np.inf if fmt.inf else np.nan
+        r = np.where(over, np.where(to_max, vmax, big), r)
+    if not fmt.has_zero:
+        r = np.where(below, vals[0], r)
+        r = np.where(af == 0, np.nan, r)
+    out = np.where(neg, -r, r) if fmt.signed else np.where(neg & (a != 0), np.nan, r)
+    if inf.any():
+        sat_inf = saturate or fmt.nan.value == "none"
+        inf_val = vmax if sat_inf else (np.inf if fmt.inf else np.nan)
+        out = np.where(inf, np.where(neg, -inf_val, inf_val), out)
+    if not fmt.signed:
+        out = np.where(neg & (a != 0), np.nan, out)
+    out = np.where(nan, np.nan, out)
+    if not fmt.has_negative_zero:
+        out = np.where(out == 0, 0.0, out)
+    return out
