@@ -11,3 +11,4 @@ from .formats import (  # noqa: F401
 from .rounding import MODES, decode, decode_table, encode, round  # noqa: F401
 
 __version__ = "0.1.0"
+from .scaling import Granularity, QuantizedTensor, dequantize, granularity, quantize; from . import metrics  # noqa: E402,F401,E702

@@ -24,6 +24,7 @@ import ml_dtypes
 import numpy as np
 
 __all__ = [
+    "UnknownNameError",
     "NanStyle",
     "Format",
     "format",
@@ -44,6 +45,10 @@ __all__ = [
     "FP32",
     "CATALOGUE",
 ]
+
+
+class UnknownNameError(ValueError):
+    """An unknown format, mode or granularity name (the message lists the known ones)."""
 
 
 class NanStyle(str, enum.Enum):
@@ -377,7 +382,7 @@ def format(name: str | Format) -> Format:  # noqa: A001 - public API name
     try:
         return CATALOGUE[key]
     except KeyError:
-        raise ValueError(
+        raise UnknownNameError(
             f"unknown format {name!r}; known formats: {', '.join(CATALOGUE)} "
             f"(or build one with fp8sim.Format(name, ebits, mbits, bias, ...))"
         ) from None

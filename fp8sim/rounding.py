@@ -36,12 +36,14 @@ Special values and overflow
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from functools import lru_cache
 
+import numba
 import numpy as np
 
 from . import _kernels as K
-from .formats import Format, NanStyle
+from .formats import Format, NanStyle, UnknownNameError
 from .formats import format as _lookup
 
 __all__ = ["MODES", "round", "encode", "decode", "decode_table", "sr_random_bits"]
@@ -63,7 +65,7 @@ def _mode(mode: str) -> int:
     key = mode.strip().lower()
     key = _MODE_ALIASES.get(key, key)
     if key not in MODES:
-        raise ValueError(f"unknown rounding mode {mode!r}; known modes: {', '.join(MODES)}")
+        raise UnknownNameError(f"unknown rounding mode {mode!r}; known modes: {', '.join(MODES)}")
     return MODES[key]
 
 
@@ -122,6 +124,17 @@ def _params(fmt: Format, mode: int, saturate: bool, flush: bool, sr_bits: int) -
     )
 
 
+def float32_kernel_ok(fmt: Format) -> bool:
+    """Whether the float32 instantiation of the kernel can round to ``fmt``.
+
+    It needs the format inside float32 (precision and range) and
+    ``emin >= -126``: below that, float32 subnormal inputs would be placed
+    in the wrong binade (E8M0 reaches 2**-127).  Other formats go through
+    the float64 kernel after an exact upcast.
+    """
+    return fmt.fits_float32 and fmt.emin >= -126
+
+
 def _prepare(x, fmt, mode, saturate, flush_subnormals, seed, sr_bits, func):
     fmt = _lookup(fmt)
     m = _mode(mode)
@@ -129,7 +142,51 @@ def _prepare(x, fmt, mode, saturate, flush_subnormals, seed, sr_bits, func):
     key = _sr_key(seed) if m == K.SR else np.uint64(0)
     srb = _sr_bits(sr_bits)
     flat = np.ascontiguousarray(arr).reshape(-1)
+    if flat.dtype == np.float32 and not float32_kernel_ok(fmt):
+        flat = flat.astype(np.float64)  # exact; the float64 kernel handles the wider formats
     return fmt, arr, flat, _params(fmt, m, bool(saturate), bool(flush_subnormals), srb), key
+
+
+SMALL = 1 << 15
+
+
+@contextmanager
+def serial_if_small(n: int, threshold: int = SMALL):
+    """Run numba parallel kernels on the calling thread alone for small inputs:
+    waking the thread pool costs more than the work (and much more on a busy machine)."""
+    if n >= threshold:
+        yield
+        return
+    old = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        yield
+    finally:
+        numba.set_num_threads(old)
+
+
+def _memo_ok(fmt: Format, mode: int, flat: np.ndarray) -> bool:
+    return flat.dtype == np.float32 and mode != K.SR and fmt.mbits <= 6 and flat.size >= 1 << 16
+
+
+@lru_cache(maxsize=256)
+def _memo_table(fmt: Format, mode: int, params: tuple, want_code: bool) -> np.ndarray:
+    """round_one on the 2 * 65536 representatives (key << 16 | sticky), see _kernels.lookup16."""
+    keys = np.arange(1 << 16, dtype=np.uint32) << np.uint32(16)
+    reps = np.stack([keys, keys | np.uint32(1)]).reshape(-1).view(np.float32)
+    out = np.empty(reps.shape, fmt.code_dtype if want_code else np.float32)
+    K.KERNELS[mode](reps, out, params, np.uint64(0))
+    table = out.reshape(2, 1 << 16)
+    table.setflags(write=False)
+    return table
+
+
+def _run(flat, out, fmt, m, params, key, want_code):
+    with serial_if_small(flat.size):
+        if _memo_ok(fmt, m, flat):
+            K.lookup16(flat.view(np.uint32), _memo_table(fmt, m, params, want_code), out)
+        else:
+            K.KERNELS[m](flat, out, params, key)
 
 
 def round(x, fmt, mode: str = "rne", *, saturate: bool = False, flush_subnormals: bool = False,
@@ -156,7 +213,7 @@ def round(x, fmt, mode: str = "rne", *, saturate: bool = False, flush_subnormals
         raise ValueError(f"format {fmt.name} has values that float32 cannot hold; pass float64 input")
     out = np.empty(flat.shape, dtype=arr.dtype)
     if flat.size:
-        K.KERNELS[m](flat, out, False, params, key)
+        _run(flat, out, fmt, m, params, key, False)
     return out.reshape(arr.shape)
 
 
@@ -176,7 +233,7 @@ def encode(x, fmt, mode: str = "rne", *, saturate: bool = False, flush_subnormal
         raise ValueError(f"format {fmt.name} has no NaN: NaN inputs cannot be encoded (replace them first)")
     out = np.empty(flat.shape, dtype=fmt.code_dtype)
     if flat.size:
-        K.KERNELS[m](flat, out, True, params, key)
+        _run(flat, out, fmt, m, params, key, True)
     return out.reshape(arr.shape)
 
 
@@ -244,7 +301,8 @@ def decode(codes, fmt) -> np.ndarray:
         table = decode_table(fmt)
         out = np.empty(flat.shape, dtype=table.dtype)
         if flat.size:
-            K.decode_kernel(flat, table, out)
+            with serial_if_small(flat.size):
+                K.decode_kernel(flat, table, out)
     else:
         out = _decode_arith(flat.astype(np.int64), fmt).astype(fmt.value_dtype)
     return out.reshape(arr.shape)

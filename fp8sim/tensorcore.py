@@ -33,9 +33,8 @@ Public functions: :func:`mma`, :func:`matmul`, :func:`get_model`,
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 
-import numba
 import numpy as np
 from numba import njit, prange
 
@@ -118,6 +117,7 @@ class AccumulatorModel:
     out_rounding: str = "rz"
     output: str = "f32"
     zero_sign: str = "positive"
+    k_order: tuple | None = None
     nan_bits: int = 0x7FFFFFFF
     validated: bool = False
     description: str = field(default="", compare=False)
@@ -139,8 +139,13 @@ class AccumulatorModel:
             raise ValueError(f"out_frac_bits must be in 0..{_OUTPUTS[self.output][0]}, got {self.out_frac_bits!r}")
         if self.product_exponent not in ("nominal", "normalized"):
             raise ValueError(f"product_exponent must be 'nominal' or 'normalized', got {self.product_exponent!r}")
-        if self.subnormal_exponent not in ("clamp", "normalize"):
-            raise ValueError(f"subnormal_exponent must be 'clamp' or 'normalize', got {self.subnormal_exponent!r}")
+        if self.subnormal_exponent not in ("clamp", "normalize", "fp16"):
+            raise ValueError(f"subnormal_exponent must be 'clamp', 'normalize' or 'fp16', got {self.subnormal_exponent!r}")
+        if self.k_order is not None:
+            ko = tuple(int(k) for k in self.k_order)
+            if sorted(ko) != list(range(K_INSTR)):
+                raise ValueError(f"k_order must be a permutation of 0..{K_INSTR - 1}, got {self.k_order!r}")
+            object.__setattr__(self, "k_order", ko)
         if self.c_mode not in ("fused", "separate"):
             raise ValueError(f"c_mode must be 'fused' or 'separate', got {self.c_mode!r}")
         if self.zero_sign not in ("positive", "ieee"):
@@ -148,6 +153,9 @@ class AccumulatorModel:
 
     def summary(self) -> dict:
         return asdict(self)
+
+    def _order(self) -> np.ndarray:
+        return np.array(self.k_order if self.k_order is not None else range(K_INSTR), dtype=np.int64)
 
     def _params(self) -> np.ndarray:
         out_bits, out_emin, out_emax = _OUTPUTS[self.output]
@@ -186,13 +194,21 @@ _register("sm90", "wgmma", AccumulatorModel(
 _register("sm90", "wgmma.f16", AccumulatorModel(
     name="sm90 wgmma f16 (FP8)", kind="fused", block=32, frac_bits=13, align_rounding="rz",
     product_exponent="nominal", subnormal_exponent="clamp", c_mode="fused",
-    out_frac_bits=10, out_rounding="rne", output="f16", validated=False,
-    description="wgmma.mma_async m64nNk32 .f16 with e4m3/e5m2 inputs on sm_90a"))
+    out_frac_bits=10, out_rounding="rne", output="f16", nan_bits=0x7FFFE000, validated=True,
+    description="wgmma.mma_async m64nNk32 .f16 with e4m3/e5m2 inputs on sm_90a (C/D fp16; "
+                "C's exponent clamped at fp16 emin; results that round to 0 are +0; NaN = fp16 0x7fff)"))
+# mma.sync m16n8k32 FP8 on sm_90 is no tensor-core FP8 instruction: ptxas emits
+# F2FP.F16.E4M3/E5M2.UNPACK_B (exact fp8 -> fp16), HMMA.16816.F32 on the low
+# halves of each 4-byte fragment register (k % 4 in {0, 1}) with a zero
+# accumulator, a second HMMA.16816.F32 on the high halves (k % 4 in {2, 3})
+# accumulating onto the first, and an FADD of C.  See docs/tensorcore.md.
+_HMMA_ORDER = tuple(k for k in range(32) if k % 4 < 2) + tuple(k for k in range(32) if k % 4 >= 2)
 _register("sm90", "mma.sync", AccumulatorModel(
     name="sm90 mma.sync f32 (FP8 via FP16 HMMA)", kind="fused", block=16, frac_bits=25,
-    align_rounding="rz", product_exponent="nominal", subnormal_exponent="normalize",
-    c_mode="fused", out_frac_bits=23, out_rounding="rz", output="f32", validated=True,
-    description="mma.sync m16n8k32 .f32 e4m3/e5m2 on sm_90: lowered to FP16 HMMA k16 twice"))
+    align_rounding="rz", product_exponent="nominal", subnormal_exponent="fp16",
+    c_mode="separate", out_frac_bits=23, out_rounding="rz", output="f32", k_order=_HMMA_ORDER,
+    validated=True,
+    description="mma.sync m16n8k32 .f32 e4m3/e5m2 on sm_90: two FP16 HMMA.16816 (k%4<2, then k%4>=2) + FADD C"))
 for _arch in ("sm90", "any"):
     _register(_arch, "exact", AccumulatorModel(
         name="exact", kind="exact", description="exact sum of products and C, one fp32 RNE rounding"))
@@ -241,7 +257,10 @@ def _code_table(fmt: Format, subnormal_exponent: str):
     if key in _TABLE_CACHE:
         return _TABLE_CACHE[key]
     codes = np.arange(256, dtype=np.uint8)
-    vals = np.asarray(_decode(codes, fmt), dtype=np.float64)
+    if fmt.ml_dtype is not None:
+        vals = codes.view(fmt.ml_dtype).astype(np.float64)
+    else:
+        vals = np.asarray(_decode(codes, fmt), dtype=np.float64)
     cls = np.zeros(256, np.int64)
     sign = np.zeros(256, np.int64)
     sig = np.zeros(256, np.int64)
@@ -261,6 +280,8 @@ def _code_table(fmt: Format, subnormal_exponent: str):
         e = math.frexp(av)[1] - 1  # av in [2**e, 2**(e+1))
         if subnormal_exponent == "clamp" and e < fmt.emin:
             e = fmt.emin
+        elif subnormal_exponent == "fp16" and e < -14:
+            e = -14
         s = av / 2.0 ** (e - fmt.mbits)
         assert s == int(s), (fmt, i, v)
         sig[i] = int(s)
@@ -329,6 +350,8 @@ def _round_out(S, q, neg, P):
             qe += 1
     else:
         r = S << (q - qe)
+    if r == 0:
+        return 0.0  # underflow to zero: +0 (the H200 returns +0 for f16 results that round to 0)
     # overflow
     if r > 0 and qe + _bitlen(r) - 1 > emax:
         if mode == 1 or (mode == 3 and not neg) or (mode == 2 and neg):
@@ -340,27 +363,29 @@ def _round_out(S, q, neg, P):
 
 
 @njit(cache=True, inline="always")
-def _f32_parts(c):
-    """(sig, exp) of a finite non-zero float32 value c: |c| = sig * 2**(exp - 23)."""
+def _f32_parts(c, emin):
+    """(sig, exp) of a finite non-zero accumulator value c: |c| = sig * 2**(exp - 23),
+    with exp clamped at the accumulator format's emin (-126 for fp32, -14 for fp16)."""
     f, x = math.frexp(abs(c))
     e = x - 1
     sig = np.int64(f * 16777216.0)  # 2**24, exact
-    if e < -126:
-        sig >>= (-126 - e)
-        e = -126
+    if e < emin:
+        sig >>= (emin - e)
+        e = emin
     return sig, e
 
 
 @njit(cache=True)
-def _special_block(acc, arow, b, j, k0, k1, va, vb):
+def _special_block(acc, arow, b, j, kb, order, k0, k1, va, vb):
     s = float(acc)
-    for k in range(k0, k1):
-        s += va[arow[k]] * vb[b[k, j]]
+    for idx in range(k0, k1):
+        k = kb + order[idx]
+        s += va[arow[k]] * vb[b[j, k]]
     return s
 
 
 @njit(cache=True)
-def _fused_block(acc, use_acc, arow, b, j, k0, k1, clsA, sgA, sigA, expA, fa, clsB, sgB, sigB, expB, fb, P):
+def _fused_block(acc, use_acc, arow, b, j, kb, order, k0, k1, clsA, sgA, sigA, expA, fa, clsB, sgB, sigB, expB, fb, P):
     """One fused multi-term addition; returns a float64 holding an output value."""
     F = P[2]
     align_rd = P[3] == 1
@@ -372,13 +397,14 @@ def _fused_block(acc, use_acc, arow, b, j, k0, k1, clsA, sgA, sigA, expA, fa, cl
     csig = np.int64(0)
     cexp = 0
     if c_nz:
-        csig, cexp = _f32_parts(acc)
+        csig, cexp = _f32_parts(acc, P[8])
         emax = cexp
         have = True
     sfrac = fa + fb
-    for k in range(k0, k1):
+    for idx in range(k0, k1):
+        k = kb + order[idx]
         ca = arow[k]
-        cb = b[k, j]
+        cb = b[j, k]
         if clsA[ca] == 0 or clsB[cb] == 0:
             continue
         e = expA[ca] + expB[cb]
@@ -395,8 +421,9 @@ def _fused_block(acc, use_acc, arow, b, j, k0, k1, clsA, sgA, sigA, expA, fa, cl
             allneg = True
             if use_acc:
                 allneg = math.copysign(1.0, acc) < 0
-            for k in range(k0, k1):
-                if (sgA[arow[k]] ^ sgB[b[k, j]]) == 0:
+            for idx in range(k0, k1):
+                k = kb + order[idx]
+                if (sgA[arow[k]] ^ sgB[b[j, k]]) == 0:
                     allneg = False
             return -0.0 if allneg else 0.0
         return 0.0
@@ -418,9 +445,10 @@ def _fused_block(acc, use_acc, arow, b, j, k0, k1, clsA, sgA, sigA, expA, fa, cl
             S -= t
         else:
             S += t
-    for k in range(k0, k1):
+    for idx in range(k0, k1):
+        k = kb + order[idx]
         ca = arow[k]
-        cb = b[k, j]
+        cb = b[j, k]
         if clsA[ca] == 0 or clsB[cb] == 0:
             continue
         m = sigA[ca] * sigB[cb]
@@ -492,72 +520,90 @@ def _fsum(vals, n):
 
 
 @njit(cache=True)
-def _exact_block(acc, arow, b, j, k0, k1, va, vb):
+def _exact_block(acc, arow, b, j, kb, order, k0, k1, va, vb):
     """Exact sum of acc and the block's products, rounded once to fp32 (RNE)."""
     n = k1 - k0 + 1
     vals = np.empty(n + 1, np.float64)
     vals[0] = acc
-    for k in range(k0, k1):
-        vals[k - k0 + 1] = va[arow[k]] * vb[b[k, j]]  # exact
+    for idx in range(k0, k1):
+        k = kb + order[idx]
+        vals[idx - k0 + 1] = va[arow[k]] * vb[b[j, k]]  # exact
     hi = _fsum(vals, n)
-    r32 = np.float32(hi)
-    if float(r32) == hi or not math.isfinite(hi):
-        return float(r32)
-    down = r32
-    if float(r32) > hi:
-        down = np.nextafter(r32, np.float32(-np.inf))
-    up = np.nextafter(down, np.float32(np.inf))
-    if (float(down) + float(up)) * 0.5 != hi:
-        return float(r32)
-    # hi is an fp32 midpoint: the sign of (exact - hi) decides
-    vals[n] = -hi
-    res = _fsum(vals, n + 1)
-    if res > 0:
-        return float(up)
-    if res < 0:
-        return float(down)
-    return float(r32)
+    if hi == 0.0 or not math.isfinite(hi):
+        return hi
+    # round |hi| to fp32 in float64 arithmetic (all steps exact)
+    mag = abs(hi)
+    e = math.frexp(mag)[1] - 1
+    if e < -126:
+        e = -126
+    ulp = math.ldexp(1.0, e - 23)
+    q = math.floor(mag / ulp)
+    down = q * ulp
+    if down == mag:
+        r = mag
+    else:
+        mid = down + 0.5 * ulp
+        if mag < mid:
+            r = down
+        elif mag > mid:
+            r = down + ulp
+        else:
+            # hi is an fp32 midpoint: the sign of (exact - hi) decides
+            vals[n] = -hi
+            res = _fsum(vals, n + 1)
+            if hi < 0:
+                res = -res
+            if res > 0:
+                r = down + ulp
+            elif res < 0:
+                r = down
+            else:
+                r = down if q % 2 == 0 else down + ulp
+    if r > 3.4028234663852886e38:  # rounded beyond FLT_MAX: overflow
+        r = np.inf
+    return -r if hi < 0 else r
 
 
-@njit(cache=True, inline="always")
-def _instr(acc, arow, b, j, k0, clsA, sgA, sigA, expA, vA, fa, clsB, sgB, sigB, expB, vB, fb, P):
-    """One K=32 instruction starting at k0 with accumulator input acc (float64 holding f32/f16)."""
+@njit(cache=True)
+def _instr(acc, arow, b, j, kb, order, clsA, sgA, sigA, expA, vA, fa, clsB, sgB, sigB, expB, vB, fb, P):
+    """One K=32 instruction on columns kb..kb+31 with accumulator input acc
+    (a float64 holding an output-format value); returns the new accumulator."""
     kind = P[0]
     blk = P[1]
-    for s in range(k0, k0 + 32, blk):
-        special = not math.isfinite(acc)
+    separate = P[5] == 1
+    if kind == 2:  # fp32: sequential RNE additions, C first
+        a32 = np.float32(acc)
+        for idx in range(32):
+            k = kb + order[idx]
+            p = vA[arow[k]] * vB[b[j, k]]  # exact in float64 (and float32)
+            a32 = np.float32(float(a32) + p)
+        return float(a32)
+    t = 0.0 if separate else acc
+    for s in range(0, 32, blk):
+        special = not math.isfinite(t)
         if not special:
-            for k in range(s, s + blk):
-                if clsA[arow[k]] >= 2 or clsB[b[k, j]] >= 2:
+            for idx in range(s, s + blk):
+                k = kb + order[idx]
+                if clsA[arow[k]] >= 2 or clsB[b[j, k]] >= 2:
                     special = True
                     break
         if special:
-            acc = _special_block(acc, arow, b, j, s, s + blk, vA, vB)
-            continue
-        if kind == 0:
-            if P[5] == 1:  # C added separately by an fp32 addition
-                ps = _fused_block(0.0, False, arow, b, j, s, s + blk, clsA, sgA, sigA, expA, fa,
-                                  clsB, sgB, sigB, expB, fb, P)
-                acc = float(np.float32(acc + ps))
-            else:
-                acc = _fused_block(acc, True, arow, b, j, s, s + blk, clsA, sgA, sigA, expA, fa,
-                                   clsB, sgB, sigB, expB, fb, P)
-        elif kind == 1:
-            acc = _exact_block(acc, arow, b, j, s, s + blk, vA, vB)
+            t = _special_block(t, arow, b, j, kb, order, s, s + blk, vA, vB)
+        elif kind == 0:
+            t = _fused_block(t, True, arow, b, j, kb, order, s, s + blk, clsA, sgA, sigA, expA, fa,
+                             clsB, sgB, sigB, expB, fb, P)
         else:
-            a32 = np.float32(acc)
-            for k in range(s, s + blk):
-                p = vA[arow[k]] * vB[b[k, j]]  # exact in float64 (and float32)
-                a32 = np.float32(float(a32) + p)
-            acc = float(a32)
-    return acc
+            t = _exact_block(t, arow, b, j, kb, order, s, s + blk, vA, vB)
+    if separate:  # C added to the tensor-core result by an fp32 FADD (RNE)
+        return float(np.float32(acc + t))
+    return t
 
 
 @njit(cache=True, parallel=True)
-def _matmul_kernel(a, b, c, promote, clsA, sgA, sigA, expA, vA, fa, clsB, sgB, sigB, expB, vB, fb, P, out):
-    """a (B, M, K) uint8, b (B, K, N) uint8, c (B, M, N) float64, out (B, M, N) float64."""
+def _matmul_kernel(a, b, c, promote, order, clsA, sgA, sigA, expA, vA, fa, clsB, sgB, sigB, expB, vB, fb, P, out):
+    """a (B, M, K) uint8, b (B, N, K) uint8 (B transposed, K contiguous), c (B, M, N) float64, out (B, M, N) float64."""
     nb, M, K = a.shape
-    N = b.shape[2]
+    N = b.shape[1]
     for r in prange(nb * M):
         bi = r // M
         i = r % M
@@ -568,7 +614,7 @@ def _matmul_kernel(a, b, c, promote, clsA, sgA, sigA, expA, vA, fa, clsB, sgB, s
             if promote <= 0:
                 acc = c0
                 for k0 in range(0, K, 32):
-                    acc = _instr(acc, arow, bb, j, k0, clsA, sgA, sigA, expA, vA, fa,
+                    acc = _instr(acc, arow, bb, j, k0, order, clsA, sgA, sigA, expA, vA, fa,
                                  clsB, sgB, sigB, expB, vB, fb, P)
                 out[bi, i, j] = acc
             else:
@@ -576,7 +622,7 @@ def _matmul_kernel(a, b, c, promote, clsA, sgA, sigA, expA, vA, fa, clsB, sgB, s
                 part = 0.0
                 cnt = 0
                 for k0 in range(0, K, 32):
-                    part = _instr(part, arow, bb, j, k0, clsA, sgA, sigA, expA, vA, fa,
+                    part = _instr(part, arow, bb, j, k0, order, clsA, sgA, sigA, expA, vA, fa,
                                   clsB, sgB, sigB, expB, vB, fb, P)
                     cnt += 32
                     if cnt == promote:
@@ -614,18 +660,22 @@ def _run(a, b, c, a_format, b_format, model: AccumulatorModel, promote: int) -> 
     N = b.shape[-1]
     batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2], c.shape[:-2] if c is not None else ())
     a3 = np.ascontiguousarray(np.broadcast_to(a, batch + (M, K))).reshape((-1, M, K))
-    b3 = np.ascontiguousarray(np.broadcast_to(b, batch + (K, N))).reshape((-1, K, N))
+    b3 = np.ascontiguousarray(np.swapaxes(np.broadcast_to(b, batch + (K, N)).reshape((-1, K, N)), 1, 2))
     if c is None:
         c3 = np.zeros((a3.shape[0], M, N), np.float64)
     else:
         c3 = np.broadcast_to(c, batch + (M, N)).reshape((-1, M, N)).astype(np.float64)
         if model.output == "f16":
-            c3 = c3.astype(np.float16).astype(np.float64)
+            with np.errstate(over="ignore"):
+                c3 = c3.astype(np.float16).astype(np.float64)
+    # one numba signature for every call: C-contiguous, writeable, aligned arrays
+    req = ("C_CONTIGUOUS", "WRITEABLE", "ALIGNED")
+    a3, b3, c3 = np.require(a3, requirements=req), np.require(b3, requirements=req), np.require(c3, requirements=req)
     tA = _code_table(fa_, model.subnormal_exponent)
     tB = _code_table(fb_, model.subnormal_exponent)
     out = np.empty((a3.shape[0], M, N), np.float64)
     with np.errstate(all="ignore"):
-        _matmul_kernel(a3, b3, c3, int(promote), tA[0], tA[1], tA[2], tA[3], tA[4], fa_.mbits,
+        _matmul_kernel(a3, b3, c3, int(promote), model._order(), tA[0], tA[1], tA[2], tA[3], tA[4], fa_.mbits,
                        tB[0], tB[1], tB[2], tB[3], tB[4], fb_.mbits, model._params(), out)
         d = out.astype(np.float32)
     bits = d.view(np.uint32)
@@ -746,6 +796,8 @@ def verify_capture(path_or_npz, model=None, *, max_mismatches: int = 5) -> dict:
     meta = cap["meta"]
     instr = meta.get("instruction", "wgmma")
     arch = meta.get("arch", "sm90")
+    if "a_format" not in meta or "a" not in cap or "d" not in cap:
+        raise ValueError("not a tensor-core capture (needs a, b, c, d and meta with a_format/b_format)")
     fa_, fb_ = meta["a_format"], meta["b_format"]
     a, b = cap["a"], cap["b"]
     results = {}

@@ -30,11 +30,13 @@ def finite_values(fmt, table):
     return vals, cods
 
 
-def round_reference(x, fmt, table, mode, saturate=False, u=None):
-    """Round float64 array ``x`` to ``fmt`` by bracketing (see module doc).
+def bracket(x, fmt, table):
+    """The mode-independent part: each input's two neighbouring values.
 
-    ``u`` (uniform in (0, 1]) is needed for mode "sr": round away iff
-    ``u <= frac`` where frac is the fractional distance.
+    Returns a dict with the input's sign and magnitude, the neighbours ``lo
+    <= |x| <= hi`` (``hi`` may be the virtual value past max), whether ``|x|``
+    is exact, its position against the midpoint and the parity of ``lo``'s
+    code.
     """
     x = np.asarray(x, dtype=np.float64)
     vals, codes = finite_values(fmt, table)
@@ -42,31 +44,38 @@ def round_reference(x, fmt, table, mode, saturate=False, u=None):
     top_ulp = 2.0 ** (fmt.emax - fmt.mbits)
     ext_vals = np.append(vals, vmax + top_ulp)  # virtual next value
     ext_codes = np.append(codes, codes[-1] + 1)  # its parity = next code's
-
     neg = np.signbit(x)
     a = np.abs(x)
-    out = np.empty_like(a)
     nan = np.isnan(x)
     inf = np.isinf(x)
-    fin = ~nan & ~inf
-    af = np.where(fin, a, 0.0)
+    af = np.where(nan | inf, 0.0, a)
     af_c = np.minimum(af, ext_vals[-1])
-    hi_i = np.searchsorted(ext_vals, af_c, side="left")  # first value >= a
-    exact = ext_vals[np.minimum(hi_i, ext_vals.size - 1)] == af_c
-    lo_i = np.where(exact, hi_i, hi_i - 1)
-    lo_i = np.maximum(lo_i, 0)
+    hi_i = np.minimum(np.searchsorted(ext_vals, af_c, side="left"), ext_vals.size - 1)  # first value >= a
+    exact = ext_vals[hi_i] == af_c
+    lo_i = np.maximum(np.where(exact, hi_i, hi_i - 1), 0)
     lo = ext_vals[lo_i]
-    hi = ext_vals[np.minimum(hi_i, ext_vals.size - 1)]
-    beyond = af > ext_vals[-1]  # past even the virtual value: certainly overflow
-    below = af < vals[0]  # only for formats without zero
-    frac_num = af_c - lo
-    frac_den = np.where(hi > lo, hi - lo, 1.0)
-    mid = (lo + hi) / 2
-    lo_odd = (ext_codes[lo_i] & 1) == 1
+    hi = ext_vals[hi_i]
+    mid = (lo + hi) / 2  # exact in float64 for formats of up to 16 bits
+    return dict(neg=neg, a=a, af=af, af_c=af_c, nan=nan, inf=inf, lo=lo, hi=hi, exact=exact,
+                above_mid=af_c > mid, at_mid=af_c == mid, lo_odd=(ext_codes[lo_i] & 1) == 1,
+                beyond=af > ext_vals[-1], below=af < vals[0], vals=vals, vmax=vmax)
+
+
+def round_reference(x, fmt, table, mode, saturate=False, u=None, b=None):
+    """Round float64 array ``x`` to ``fmt`` by bracketing (see module doc).
+
+    ``u`` (uniform in (0, 1]) is needed for mode "sr": round away iff
+    ``u <= frac`` where frac is the fractional distance.  ``b`` is a
+    precomputed :func:`bracket` of ``x`` (to try several modes cheaply).
+    """
+    b = bracket(x, fmt, table) if b is None else b
+    neg, a, af, af_c = b["neg"], b["a"], b["af"], b["af_c"]
+    lo, hi, exact, lo_odd = b["lo"], b["hi"], b["exact"], b["lo_odd"]
+    vals, vmax = b["vals"], b["vmax"]
     if mode == "rne":
-        up = (af_c > mid) | ((af_c == mid) & lo_odd)
+        up = b["above_mid"] | (b["at_mid"] & lo_odd)
     elif mode == "rna":
-        up = af_c >= mid
+        up = b["above_mid"] | b["at_mid"]
     elif mode == "rtz":
         up = np.zeros(a.shape, bool)
     elif mode == "rup":
@@ -74,14 +83,14 @@ def round_reference(x, fmt, table, mode, saturate=False, u=None):
     elif mode == "rdn":
         up = neg
     elif mode == "rto":
-        up = lo_odd == False  # noqa: E712  (pick the odd neighbour)
+        up = ~lo_odd  # pick the odd neighbour
     elif mode == "sr":
-        up = u * frac_den <= frac_num
+        up = u * np.where(hi > lo, hi - lo, 1.0) <= af_c - lo
     else:
         raise ValueError(mode)
     up = up & ~exact
     r = np.where(up, hi, lo)
-    over = (r > vmax) | beyond
+    over = (r > vmax) | b["beyond"]
     if saturate or fmt.nan.value == "none":
         r = np.where(over, vmax, r)
     else:
@@ -90,16 +99,17 @@ def round_reference(x, fmt, table, mode, saturate=False, u=None):
         big = np.inf if fmt.inf else np.nan
         r = np.where(over, np.where(to_max, vmax, big), r)
     if not fmt.has_zero:
-        r = np.where(below, vals[0], r)
+        r = np.where(b["below"], vals[0], r)
         r = np.where(af == 0, np.nan, r)
-    out = np.where(neg, -r, r) if fmt.signed else np.where(neg & (a != 0), np.nan, r)
+    out = np.where(neg, -r, r) if fmt.signed else r
+    inf = b["inf"]
     if inf.any():
         sat_inf = saturate or fmt.nan.value == "none"
         inf_val = vmax if sat_inf else (np.inf if fmt.inf else np.nan)
         out = np.where(inf, np.where(neg, -inf_val, inf_val), out)
     if not fmt.signed:
         out = np.where(neg & (a != 0), np.nan, out)
-    out = np.where(nan, np.nan, out)
+    out = np.where(b["nan"], np.nan, out)
     if not fmt.has_negative_zero:
         out = np.where(out == 0, 0.0, out)
     return out

@@ -191,3 +191,25 @@ def test_e5m6_against_reference():
         want = round_reference(x, fp8sim.E5M6, fp8sim.decode_table(fp8sim.E5M6), mode)
         assert same_bits(fp8sim.round(x, "e5m6", mode), want).all()
     assert fp8sim.encode(np.float32(1.0), "e5m6").dtype == np.uint16
+
+
+@pytest.mark.parametrize("mode", DET_MODES)
+@pytest.mark.parametrize("fmt", [f for f in SMALL if f.mbits <= 6], ids=str)
+def test_memoized_float32_path_equals_kernel(fmt, mode):
+    """Large float32 arrays go through a 2 x 65536 table of the kernel's results
+    (only the top 16 bits and 'are the low 16 bits zero' matter for mbits <= 6);
+    it must equal the float64 kernel on inputs whose low 16 bits are 0, 1,
+    0x8000, 0xFFFF or random, for every top-16-bit pattern."""
+    rng = np.random.default_rng(6)
+    top = np.arange(1 << 16, dtype=np.uint32) << np.uint32(16)
+    lows = [0, 1, 0x7FFF, 0x8000, 0xFFFF]
+    bits = np.concatenate([top | np.uint32(lo) for lo in lows]
+                          + [top | rng.integers(0, 1 << 16, top.size, dtype=np.uint32)])
+    x = bits.view(np.float32)
+    for sat in (False, True):
+        got = fp8sim.round(x, fmt, mode, saturate=sat)  # memoized path (size >= 2**16)
+        want = fp8sim.round(x.astype(np.float64), fmt, mode, saturate=sat)  # kernel
+        assert same_bits(got, want).all()
+        if fmt.nan.value != "none":
+            assert np.array_equal(fp8sim.encode(x, fmt, mode, saturate=sat),
+                                  fp8sim.encode(x.astype(np.float64), fmt, mode, saturate=sat))

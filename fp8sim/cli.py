@@ -1,0 +1,218 @@
+"""The ``fp8sim`` command line.
+
+Subcommands register themselves in :data:`COMMANDS` through
+:func:`command`; each gets an argparse sub-parser and returns an exit code.
+Exit codes: 0 success, 1 the work failed (the message says why), 2 bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import textwrap
+from typing import Callable
+
+import numpy as np
+
+from .formats import UnknownNameError
+
+COMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int], str, str]] = {}
+
+
+class UsageError(Exception):
+    """Bad arguments: exit code 2."""
+
+
+def command(name: str, help: str, epilog: str = ""):  # noqa: A002
+    """Register ``fn(args) -> int`` as subcommand ``name``; the decorated
+    function's ``configure`` attribute (set with ``@fn.arguments``) adds its arguments."""
+
+    def wrap(fn):
+        def arguments(configure):
+            COMMANDS[name] = (configure, fn, help, epilog)
+            return configure
+
+        fn.arguments = arguments
+        COMMANDS[name] = (lambda p: None, fn, help, epilog)
+        return fn
+
+    return wrap
+
+
+def _json_default(o):
+    if isinstance(o, (np.floating, np.integer)):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    return str(o)
+
+
+def emit_json(obj) -> None:
+    print(json.dumps(obj, indent=2, default=_json_default))
+
+
+def progress_enabled(args) -> bool:
+    """Progress bars only on a terminal, and never with --quiet."""
+    return not getattr(args, "quiet", False) and sys.stderr.isatty()
+
+
+# ---------------------------------------------------------------- info
+@command("info", "show a format's properties, or a table of all formats",
+         "examples:\n  fp8sim info e4m3\n  fp8sim info --all\n  fp8sim info e5m2 --json")
+def _info(args) -> int:
+    from . import formats
+
+    if args.all or not args.name:
+        fmts = list(formats.CATALOGUE.values())
+    else:
+        fmts = [formats.format(args.name)]
+    rows = [f.summary() for f in fmts]
+    if args.json:
+        emit_json(rows if len(rows) > 1 or args.all else rows[0])
+        return 0
+    if len(rows) == 1 and not args.all:
+        for k, v in rows[0].items():
+            print(f"{k:>14}: {_fmt_value(v)}")
+        return 0
+    print(format_table(rows))
+    return 0
+
+
+@_info.arguments
+def _info_args(p):
+    p.add_argument("name", nargs="?", help="format name (e4m3, e5m2, e8m0, bf16, ...)")
+    p.add_argument("--all", action="store_true", help="side-by-side table of every catalogue format")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _fmt_value(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return str(v)
+
+
+TABLE_COLUMNS = ["name", "bits", "ebits", "mbits", "bias", "inf", "nan", "max", "min_normal",
+                 "min_subnormal", "eps", "emax", "emin", "ml_dtype"]
+
+
+def format_table(rows: list[dict], columns: list[str] = TABLE_COLUMNS) -> str:
+    cells = [[_fmt_value(r[c]) for c in columns] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
+    line = "  ".join(c.rjust(w) for c, w in zip(columns, widths))
+    out = [line, "  ".join("-" * w for w in widths)]
+    out += ["  ".join(v.rjust(w) for v, w in zip(row, widths)) for row in cells]
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------- round
+@command("round", "round numbers to a format and show values, codes and errors",
+         "examples:\n  fp8sim round 0.1 300 -431.99999999999994 --format e4m3\n"
+         "  fp8sim round 1.3 --format e5m2 --mode rtz --json\n"
+         "  fp8sim round 1e6 --format e4m3 --saturate")
+def _round(args) -> int:
+    from . import formats, rounding
+
+    fmt = formats.format(args.format)
+    try:
+        x = np.array([float(v) for v in args.values], dtype=np.float64)
+    except ValueError as e:
+        raise UsageError(f"values must be numbers: {e}") from None
+    kw = dict(saturate=args.saturate, flush_subnormals=args.flush_subnormals, seed=args.seed,
+              sr_bits=args.sr_bits)
+    y = rounding.round(x, fmt, args.mode, **kw)
+    codes = rounding.encode(x, fmt, args.mode, **kw) if fmt.nan.value != "none" or not np.isnan(x).any() else None
+    width = (fmt.bits + 3) // 4
+    rows = []
+    for i, (xi, yi) in enumerate(zip(x, y)):
+        err = float(yi - xi) if np.isfinite(yi) and np.isfinite(xi) else float("nan")
+        rel = abs(err / xi) if xi != 0 and np.isfinite(err) else (0.0 if err == 0 else float("nan"))
+        rows.append({"input": float(xi), "value": float(yi),
+                     "code": None if codes is None else f"0x{int(codes[i]):0{width}x}",
+                     "abs_error": err, "rel_error": rel})
+    if args.json:
+        emit_json({"format": fmt.name, "mode": args.mode, "saturate": args.saturate, "results": rows})
+    else:
+        print(f"format {fmt.name}, mode {args.mode}{', saturating' if args.saturate else ''}")
+        for r in rows:
+            print(f"{r['input']!r:>24} -> {r['value']!r:<14} code {r['code']}  rel.err {r['rel_error']:.3g}")
+    return 0
+
+
+@_round.arguments
+def _round_args(p):
+    p.add_argument("values", nargs="+", help="numbers to round (float64)")
+    p.add_argument("-f", "--format", default="e4m3", help="target format (default e4m3)")
+    p.add_argument("-m", "--mode", default="rne", help="rne, rna, rtz, rup, rdn, rto or sr (default rne)")
+    p.add_argument("--saturate", action="store_true", help="clamp overflow to +-max (OCP satfinite)")
+    p.add_argument("--flush-subnormals", action="store_true", help="flush subnormal results to zero")
+    p.add_argument("--seed", type=int, default=None, help="seed for --mode sr")
+    p.add_argument("--sr-bits", type=int, default=None, help="random bits for --mode sr")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+# --------------------------------------------------------------- report
+@command("report", "run the headline studies and write an HTML report with figures, CSV and JSON",
+         "examples:\n  fp8sim report --out report --quick\n  fp8sim report --out report")
+def _report(args) -> int:
+    from . import report
+
+    summary = report.build(args.out, quick=args.quick, progress=progress_enabled(args))
+    if args.json:
+        emit_json(summary)
+    elif not args.quiet:
+        print(f"wrote {summary['index']}")
+    return 0
+
+
+@_report.arguments
+def _report_args(p):
+    p.add_argument("--out", default="report", help="output folder (default ./report)")
+    p.add_argument("--quick", action="store_true", help="smaller studies (under 2 minutes on 2 cores)")
+    p.add_argument("--quiet", action="store_true", help="no progress display")
+    p.add_argument("--json", action="store_true", help="print summary.json to stdout")
+
+
+# ----------------------------------------------------------------- main
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fp8sim",
+        description="Bit-exact simulation of FP8 arithmetic.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=textwrap.dedent("""\
+            examples:
+              fp8sim info --all
+              fp8sim round 0.1 300 --format e4m3
+              fp8sim report --out report --quick
+            Run 'fp8sim COMMAND --help' for a command's options."""),
+    )
+    from . import __version__
+
+    parser.add_argument("--version", action="version", version=f"fp8sim {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (configure, _fn, help_, epilog) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_, description=help_, epilog=epilog,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        configure(p)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not args.command:
+        parser.print_help()
+        return 2
+    _configure, fn, _help, _epilog = COMMANDS[args.command]
+    try:
+        return int(fn(args) or 0)
+    except (UsageError, UnknownNameError) as e:
+        print(f"fp8sim {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except (ValueError, TypeError, FileNotFoundError) as e:
+        print(f"fp8sim {args.command}: error: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Hardware oracle for fp8sim: CUDA kernels (CuPy), capture, verify, characterize."""

@@ -1,0 +1,379 @@
+"""Scaled quantization: properties, layouts, MX against gfloat, delayed scaling, bad input."""
+
+import math
+
+import ml_dtypes
+import numpy as np
+import pytest
+from gfloat import compute_scale_amax, quantize_block
+from gfloat.formats import format_info_mxfp4_e2m1, format_info_mxfp8_e4m3, format_info_mxfp8_e5m2
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+import fp8sim
+from fp8sim.scaling import MX, DelayedScaling, Group, Tile, quantize
+
+GRANS = ["tensor", "row", "col", "1x8", "4x8", "3x5", "g4", "mx32", Group(4, axis=0), "nvfp4"]
+FMTS = ["e4m3", "e5m2"]
+
+finite32 = st.floats(-1e4, 1e4, allow_nan=False, allow_infinity=False, width=32)
+
+
+def arrays(max_side=20):
+    shape = st.tuples(st.integers(1, max_side), st.integers(1, max_side))
+    return hnp.arrays(np.float32, shape, elements=finite32)
+
+
+def ulp_at(v, fmt):
+    """Spacing of fmt's grid at |v| (float64 arrays)."""
+    fmt = fp8sim.format(fmt)
+    a = np.abs(v)
+    e = np.floor(np.log2(np.where(a > 0, a, 1.0)))
+    e = np.clip(e, fmt.emin, fmt.emax)
+    return 2.0 ** (e - fmt.mbits)
+
+
+def blocks_of(shape, block):
+    """Independent block enumeration: (scale index, slice) pairs."""
+    idx = [range(-(-s // b)) for s, b in zip(shape, block)]
+    for k in np.ndindex(*[len(r) for r in idx]):
+        yield k, tuple(slice(i * b, min((i + 1) * b, s)) for i, b, s in zip(k, block, shape))
+
+
+# ---------------------------------------------------------------- properties
+@settings(max_examples=60)
+@given(arrays(), st.sampled_from(["tensor", "row", "col", "1x8", "4x8", "g4"]), st.sampled_from(FMTS),
+       st.sampled_from([("fp32", None), ("pow2", "rceil"), ("pow2", "ceil"), ("bf16", "ceil"), ("e8m0", "rceil")]))
+def test_round_trip_within_half_ulp(x, g, fmt, policy):
+    """Without overflow (scales chosen so nothing overflows), each element is within half an ulp of
+    the element format, times its scale, of the input."""
+    sf, sr = policy
+    q = quantize(x, fmt, g, scale_format=sf, scale_rounding=sr, saturate=False)
+    s = q.expanded_scales()
+    d = q.dequantize(np.float64)
+    xs = x.astype(np.float64) / s
+    assert np.isfinite(d).all()
+    f = fp8sim.format(fmt)
+    # below the smallest normal the grid spacing is the subnormal spacing
+    bound = 0.5 * ulp_at(xs, f) * s
+    assert (np.abs(d - x) <= bound).all()
+    # and the codes are RNE of x / scale exactly
+    ref = fp8sim.encode(xs, fmt, "rne")
+    assert np.array_equal(q.codes, ref)
+
+
+@settings(max_examples=40)
+@given(arrays(), st.sampled_from(["tensor", "row", "1x8", "4x8", "g4", "mx32"]),
+       st.sampled_from(["floor", "ceil", "rceil", "even"]), st.sampled_from(["pow2", "e8m0"]),
+       st.integers(-2, 2))
+def test_power_of_two_scales_are_powers_of_two(x, g, rounding, sf, margin):
+    if g == "mx32":
+        sf = "e8m0"
+    q = quantize(x, "e4m3", g, scale_format=sf, scale_rounding=rounding, margin=margin)
+    m, e = np.frexp(q.scales.astype(np.float64))
+    assert (m == 0.5).all()
+    lo = -127 if sf == "e8m0" else -126
+    assert ((e - 1 >= lo) & (e - 1 <= 127)).all()
+
+
+@settings(max_examples=40)
+@given(arrays(16), st.sampled_from(GRANS[:-1]), st.data())
+def test_block_independence(x, g, data):
+    """Changing the values of one block leaves every other block's codes and scales unchanged."""
+    q = quantize(x, "e4m3", g)
+    blocks = list(blocks_of(x.shape, q.block_shape))
+    k, sl = blocks[data.draw(st.integers(0, len(blocks) - 1))]
+    y = x.copy()
+    y[sl] = y[sl] * np.float32(data.draw(st.sampled_from([3.0, -1e3, 1e-3, 0.0])))
+    q2 = quantize(y, "e4m3", g)
+    mask = np.ones(x.shape, bool)
+    mask[sl] = False
+    smask = np.ones(q.scales.shape, bool)
+    smask[k] = False
+    assert np.array_equal(q.codes[mask], q2.codes[mask])
+    assert np.array_equal(q.scales[smask], q2.scales[smask])
+
+
+@settings(max_examples=40)
+@given(hnp.arrays(np.float32, st.integers(1, 300), elements=finite32), st.sampled_from(FMTS),
+       st.sampled_from([("fp32", None), ("pow2", "floor"), ("bf16", "even")]))
+def test_tensor_equals_1xN_covering_the_row(v, fmt, policy):
+    sf, sr = policy
+    x = v.reshape(1, -1)
+    n = x.shape[1] + 7
+    a = quantize(x, fmt, "tensor", scale_format=sf, scale_rounding=sr)
+    b = quantize(x, fmt, f"1x{n}", scale_format=sf, scale_rounding=sr)
+    assert np.array_equal(a.codes, b.codes)
+    assert np.array_equal(a.scales, b.scales)
+
+
+@pytest.mark.parametrize("g", GRANS + ["delayed"])
+@pytest.mark.parametrize("sf", [None, "pow2"])
+def test_zero_tensors_round_trip(g, sf):
+    if sf and g in ("mx32", "nvfp4"):
+        return
+    x = np.zeros((7, 33), np.float32)
+    x[1, 2] = -0.0
+    q = quantize(x, "e4m3" if g != "nvfp4" else "e2m1", g, scale_format=sf)
+    assert np.isfinite(q.scales).all() and (q.scales > 0).all()
+    d = q.dequantize()
+    assert np.array_equal(d, x) and np.signbit(d[1, 2])
+
+
+def test_tiny_blocks_get_finite_scales():
+    x = np.full((2, 64), 1e-44, np.float32)  # float32 subnormals
+    for sf in ("fp32", "bf16", "pow2", "e8m0"):
+        q = quantize(x, "e4m3", "1x32", scale_format=sf)
+        assert np.isfinite(q.scales).all() and (q.scales > 0).all()
+        assert np.isfinite(q.dequantize()).all()
+
+
+# ------------------------------------------------------------- MX vs gfloat
+@pytest.mark.parametrize("fmt,fi", [("e4m3", format_info_mxfp8_e4m3), ("e5m2", format_info_mxfp8_e5m2),
+                                    ("e2m1", format_info_mxfp4_e2m1)])
+def test_mx_equals_gfloat(fmt, fi):
+    rng = np.random.default_rng(7)
+    M, N = 6, 32 * 5
+    x = (rng.standard_normal((M, N)) * np.exp(rng.normal(0, 4, (M, N // 32))).repeat(32, 1)).astype(np.float32)
+    x[0, :32] = 0.0  # an all-zero block
+    x[1, 32:64] *= 1e-30  # tiny block
+    x[2, 5] = 2.0**100  # a large one
+    q = quantize(x, fmt, "mx32")
+    d = q.dequantize(np.float64)
+    for i in range(M):
+        for j in range(0, N, 32):
+            blk = x[i, j:j + 32].astype(np.float64)
+            ref = quantize_block(fi, blk, compute_scale_amax)
+            assert np.array_equal(d[i, j:j + 32], ref), (i, j)
+            assert q.scales[i, j // 32] == compute_scale_amax(fi.etype.emax, blk)
+    # the E8M0 bytes are the scale exponents + 127
+    assert np.array_equal(q.scale_codes, (np.log2(q.scales.astype(np.float64)) + 127).astype(np.uint8))
+
+
+def test_mx_definition_floor():
+    """X = 2**(floor(log2 amax) - emax_elem), computed independently from the spec."""
+    x = np.array([[3.0, -448.0, 500.0, 0.1] + [0.0] * 28], np.float32)
+    q = quantize(x, "e4m3", "mx32")
+    assert q.scales[0, 0] == 2.0 ** (math.floor(math.log2(500.0)) - 8)  # = 1
+    assert q.values()[0, 2] == 448.0 and q.values()[0, 1] == -448.0  # 500 > 448 saturates
+    x2 = np.array([[480.0] + [1.0] * 31], np.float32)  # 480 / 2**0 saturates to 448
+    q2 = quantize(x2, "e4m3", "mx32")
+    assert q2.scales[0, 0] == 1.0 and q2.values()[0, 0] == 448.0
+
+
+def test_scale_roundings_by_definition():
+    """FLOOR/CEIL/RCEIL/EVEN from their definitions, on chosen amaxes (e4m3: emax 8, max 448)."""
+    cases = {300.0: {"floor": 0, "ceil": 1, "rceil": 0, "even": 0},
+             449.0: {"floor": 0, "ceil": 1, "rceil": 1, "even": 0},
+             256.0: {"floor": 0, "ceil": 0, "rceil": 0, "even": 0},
+             500.0: {"floor": 0, "ceil": 1, "rceil": 1, "even": 1},  # 500 rounds to 512 at 3 bits
+             0.75: {"floor": -9, "ceil": -8, "rceil": -9, "even": -9}}
+    for amax, exp in cases.items():
+        x = np.array([amax, 0.0], np.float32)
+        for r, e in exp.items():
+            q = quantize(x, "e4m3", "tensor", scale_format="pow2", scale_rounding=r)
+            assert q.scales[0] == 2.0**e, (amax, r)
+            q = quantize(x, "e4m3", "tensor", scale_format="pow2", scale_rounding=r, margin=2)
+            assert q.scales[0] == 2.0 ** (e + 2), (amax, r)
+
+
+def test_fp32_and_bf16_scales():
+    x = np.array([[3.0, -7.0, 1.0], [0.5, 0.25, 0.0]], np.float32)
+    q = quantize(x, "e4m3", "row")
+    assert np.array_equal(q.scales[:, 0], np.float32([7.0, 0.5]) / np.float32(448.0))
+    q = quantize(x, "e4m3", "row", scale_format="bf16")
+    s32 = (np.float32([7.0, 0.5]) / np.float32(448.0)).astype(np.float64)
+    s = q.scales[:, 0].astype(np.float64)
+    assert (s >= s32).all()
+    assert np.array_equal(s, s.astype(ml_dtypes.bfloat16).astype(np.float64))
+
+
+def test_nvfp4_two_level():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((4, 64)).astype(np.float32)
+    q = quantize(x, "e2m1", "nvfp4")
+    amax = float(np.abs(x).max())
+    assert q.global_scale == np.float32(amax / (6.0 * 448.0))
+    assert q.scales.shape == (4, 4)
+    blk = np.abs(x).reshape(4, 4, 16).max(-1)
+    expect = fp8sim.round(blk / q.global_scale / 6.0, "e4m3", saturate=True)
+    assert np.array_equal(q.scales.astype(np.float64), expect)
+    assert q.scale_codes.dtype == np.uint8
+    ref = fp8sim.round(x / (expect.repeat(16, 1) * q.global_scale), "e2m1")
+    assert np.array_equal(q.values(), ref.astype(np.float32))
+
+
+# -------------------------------------------------------------- layouts
+@pytest.mark.parametrize("g,shape,scale_shape,block", [
+    ("tensor", (5, 7), (1, 1), (5, 7)),
+    ("row", (5, 7), (5, 1), (1, 7)),
+    ("col", (5, 7), (1, 7), (5, 1)),
+    ("1x128", (3, 300), (3, 3), (1, 128)),
+    ("128x128", (300, 129), (3, 2), (128, 128)),
+    ("128x128", (2, 3, 130, 40), (2, 3, 2, 1), (1, 1, 128, 40)),
+    ("g32", (4, 70), (4, 3), (1, 32)),
+    (Group(16, axis=0), (40, 3), (3, 3), (16, 1)),
+    (Group(4, axis=1), (2, 10, 3), (2, 3, 3), (1, 4, 1)),
+    ("mx32", (100,), (4,), (32,)),
+    (MX(32, axis=-2), (64, 5), (2, 5), (32, 1)),
+    ("nvfp4", (3, 33), (3, 3), (1, 16)),
+    ("1x128", (200,), (2,), (128,)),
+    ("col", (6,), (6,), (1,)),
+    ("row", (2, 3, 4), (2, 3, 1), (1, 1, 4)),
+    ("tensor", (2, 3, 4), (1, 1, 1), (2, 3, 4)),
+])
+def test_scale_layouts(g, shape, scale_shape, block):
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal(shape) * rng.uniform(0.01, 100, shape)).astype(np.float32)
+    fmt = "e2m1" if g == "nvfp4" else "e4m3"
+    q = quantize(x, fmt, g)
+    assert q.scales.shape == scale_shape
+    assert q.block_shape == block
+    assert q.codes.shape == shape and q.codes.dtype == np.uint8
+    # every block's amax, enumerated independently (ragged edges are their own blocks)
+    fm = fp8sim.format(fmt).max
+    for k, sl in blocks_of(shape, block):
+        a = float(np.abs(x[sl]).max())
+        assert q.amax[k] == np.float32(a)
+        if g in ("tensor", "row", "col", "1x128", "128x128", "g32") or isinstance(g, Group) and not isinstance(g, MX):
+            assert q.scales[k] == np.float32(a / fm)
+
+
+def test_batch_dims_do_not_share_blocks():
+    x = np.ones((2, 4, 8), np.float32)
+    x[1] *= 100
+    q = quantize(x, "e4m3", "4x8")
+    assert q.scales.shape == (2, 1, 1)
+    assert q.scales[0, 0, 0] * 100 == pytest.approx(q.scales[1, 0, 0], rel=1e-6)
+
+
+def test_input_dtypes():
+    rng = np.random.default_rng(1)
+    x32 = rng.standard_normal((8, 40)).astype(np.float32)
+    for x in (x32, x32.astype(np.float64), x32.astype(ml_dtypes.bfloat16)):
+        q = quantize(x, "e4m3", "1x16")
+        assert q.dtype == x.dtype and q.dequantize().dtype == x.dtype
+        q32 = quantize(x.astype(np.float32), "e4m3", "1x16")
+        assert np.array_equal(q.codes, q32.codes)
+    d = fp8sim.dequantize(quantize(x32, "e5m2", "1x16"))
+    assert d.shape == x32.shape
+
+
+def test_stochastic_rounding_reproducible():
+    x = np.random.default_rng(2).standard_normal((16, 64)).astype(np.float32)
+    a = quantize(x, "e4m3", "1x32", mode="sr", seed=5)
+    b = quantize(x, "e4m3", "1x32", mode="sr", seed=5)
+    c = quantize(x, "e4m3", "1x32", mode="sr", seed=6)
+    assert np.array_equal(a.codes, b.codes) and not np.array_equal(a.codes, c.codes)
+    # SR rounds to a neighbour of the exact quotient
+    xs = x.astype(np.float64) / a.expanded_scales()
+    lo = fp8sim.round(xs, "e4m3", "rdn")
+    hi = fp8sim.round(xs, "e4m3", "rup")
+    v = a.values()
+    assert ((v == lo) | (v == hi)).all()
+
+
+# ------------------------------------------------------------ delayed scaling
+def test_delayed_scaling_uses_history_not_current_amax():
+    ds = DelayedScaling(history_len=3)
+    x = np.full((4, 4), 2.0, np.float32)
+    q0 = quantize(x, "e4m3", ds)
+    assert q0.scales.ravel()[0] == 1.0  # empty history: TE's initial scale
+    assert list(ds.amax_history) == [2.0, 0.0, 0.0]
+    y = np.full((4, 4), 1000.0, np.float32)
+    q1 = quantize(y, "e4m3", ds)  # scale from history amax 2.0, not from 1000
+    assert q1.scales.ravel()[0] == np.float32(2.0 / 448.0)
+    assert (q1.values() == 448.0).all()  # saturated
+    assert fp8sim.metrics.fraction_saturated(y, q1) == 1.0
+    q2 = quantize(x, "e4m3", ds)
+    assert q2.scales.ravel()[0] == np.float32(1000.0 / 448.0)
+    for _ in range(3):
+        quantize(x, "e4m3", ds)  # 1000 leaves the window of 3
+    assert ds.history_amax() == 2.0
+    ds2 = DelayedScaling(4, algo="most_recent", amax_history=[5.0, 9.0])
+    q = quantize(x, "e4m3", ds2, scale_format="pow2", scale_rounding="rceil")
+    assert q.scales.ravel()[0] == 2.0 ** math.ceil(math.log2(5.0 / 448.0))
+
+
+def test_user_amax():
+    x = np.ones((2, 8), np.float32)
+    q = quantize(x, "e4m3", "row", amax=np.array([[4.0], [8.0]]))
+    assert np.array_equal(q.scales[:, 0], np.float32([4.0, 8.0]) / np.float32(448.0))
+    with pytest.raises(ValueError, match="broadcast"):
+        quantize(x, "e4m3", "row", amax=np.ones(3))
+
+
+# ------------------------------------------------------------ non-finite
+def test_nan_propagates_to_its_block_only():
+    x = np.random.default_rng(0).standard_normal((4, 64)).astype(np.float32)
+    x[1, 40] = np.nan
+    for g in ("1x32", "4x32", "mx32"):
+        q = quantize(x, "e4m3", g)
+        d = q.dequantize()
+        bad = np.isnan(d)
+        assert bad[1, 40]
+        blk = np.zeros_like(bad)
+        blk[(slice(0, 4) if g == "4x32" else slice(1, 2)), 32:64] = True
+        assert np.array_equal(bad, blk)
+    q = quantize(x, "e4m3", "1x32", ignore_nan=True)
+    assert np.array_equal(np.isnan(q.dequantize()), np.isnan(x))
+    q = quantize(x, "e2m1", "mx32")  # FP4 has no NaN: the E8M0 NaN scale carries it
+    assert q.scale_codes[1, 1] == 0xFF and np.isnan(q.dequantize()[1, 32:]).all()
+    with pytest.raises(ValueError, match="no NaN"):
+        quantize(x, "e2m1", "mx32", ignore_nan=True)
+
+
+def test_inf_saturates_or_overflows():
+    x = np.array([[1.0, np.inf, -np.inf, 2.0]], np.float32)
+    q = quantize(x, "e4m3", "row")
+    assert q.scales[0, 0] == np.float32(2.0 / 448.0)  # inf does not enter amax
+    assert list(q.values()[0]) == [224.0, 448.0, -448.0, 448.0]
+    assert fp8sim.metrics.fraction_saturated(x, q) == 0.5
+    q = quantize(x, "e5m2", "row", saturate=False)
+    assert np.isinf(q.values()[0, 1]) and np.isinf(q.dequantize()[0, 2])
+
+
+# ------------------------------------------------------------ bad input
+def test_bad_input():
+    x = np.ones((4, 4), np.float32)
+    with pytest.raises(ValueError, match="known granularities.*tensor"):
+        quantize(x, "e4m3", "blocky")
+    with pytest.raises(ValueError, match="positive"):
+        quantize(x, "e4m3", "0x128")
+    with pytest.raises(ValueError, match="positive"):
+        quantize(x, "e4m3", "g0")
+    with pytest.raises(ValueError, match="positive"):
+        Tile(-1, 4)
+    with pytest.raises(TypeError):
+        Tile(1.5, 4)
+    with pytest.raises(ValueError, match="axis"):
+        quantize(x, "e4m3", Group(4, axis=2))
+    with pytest.raises(TypeError, match="axis"):
+        Group(4, axis="rows")
+    with pytest.raises(TypeError, match="float32, float64 or bfloat16"):
+        quantize(x.astype(np.int32), "e4m3", "row")
+    with pytest.raises(TypeError):
+        quantize(x, "e4m3", 128)
+    with pytest.raises(ValueError, match="scalar"):
+        quantize(np.float32(1.0), "e4m3", "tensor")
+    with pytest.raises(ValueError, match="empty"):
+        quantize(np.zeros((0, 4), np.float32), "e4m3", "tensor")
+    with pytest.raises(ValueError, match="scale_format"):
+        quantize(x, "e4m3", "row", scale_format="fp64")
+    with pytest.raises(ValueError, match="scale_rounding"):
+        quantize(x, "e4m3", "row", scale_format="pow2", scale_rounding="up")
+    with pytest.raises(ValueError, match="scale_rounding"):
+        quantize(x, "e4m3", "row", scale_rounding="floor")  # fp32 scales are not rounded
+    with pytest.raises(ValueError, match="E8M0"):
+        quantize(x, "e4m3", "mx32", scale_format="fp32")
+    with pytest.raises(TypeError, match="margin"):
+        quantize(x, "e4m3", "row", margin=0.5)
+    with pytest.raises(ValueError, match="rounding mode"):
+        quantize(x, "e4m3", "row", mode="banker")
+    with pytest.raises(ValueError, match="seed"):
+        quantize(x, "e4m3", "row", mode="sr")
+    with pytest.raises(ValueError, match="at most 8 bits"):
+        quantize(x, "bf16", "row")
+    with pytest.raises(TypeError):
+        fp8sim.dequantize(x)
