@@ -173,6 +173,42 @@ def _report_args(p):
     p.add_argument("--json", action="store_true", help="print summary.json to stdout")
 
 
+# --------------------------------------------------------------- verify
+@command("verify", "score the tensor-core emulator against hardware capture files (.npz)",
+         "examples:\n  fp8sim verify tests/data/wgmma_e4m3xe4m3_normal.npz\n"
+         "  fp8sim verify tests/data/*.npz --json\n"
+         "  fp8sim verify capture.npz --model mma.sync   # score another model\n"
+         "Exit code 0 when every output matches bit for bit, 1 otherwise.")
+def _verify(args) -> int:
+    from . import tensorcore
+
+    rows = []
+    for path in args.files:
+        r = tensorcore.verify_capture(path, model=args.model)
+        rows.append({"file": path, "instruction": args.model or r["meta"].get("instruction"),
+                     "formats": f"{r['meta'].get('a_format')}x{r['meta'].get('b_format')}",
+                     "n": r["n"], "mismatches": r["mismatches"], "match_rate": r["match_rate"],
+                     "first_mismatches": r["first_mismatches"]})
+    bad = sum(r["mismatches"] for r in rows)
+    if args.json:
+        emit_json({"files": rows, "mismatches": bad, "n": sum(r["n"] for r in rows)})
+    else:
+        for r in rows:
+            print(f"{r['file']}: {r['instruction']} {r['formats']}: {r['n'] - r['mismatches']}/{r['n']} "
+                  f"bit-exact ({100 * r['match_rate']:.4f} %)")
+            for m in r["first_mismatches"]:
+                print(f"    {m['output']}{list(m['index'])}: hardware {m['hardware_bits']} model {m['model_bits']}")
+        print(f"total: {sum(r['n'] for r in rows) - bad}/{sum(r['n'] for r in rows)} outputs bit-exact")
+    return 0 if bad == 0 else 1
+
+
+@_verify.arguments
+def _verify_args(p):
+    p.add_argument("files", nargs="+", help="capture files written by python -m gpu.capture")
+    p.add_argument("--model", default=None, help="accumulator model to score (default: the capture's instruction)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
 # ----------------------------------------------------------------- main
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(

@@ -174,19 +174,33 @@ def _memo_table(fmt: Format, mode: int, params: tuple, want_code: bool) -> np.nd
     """round_one on the 2 * 65536 representatives (key << 16 | sticky), see _kernels.lookup16."""
     keys = np.arange(1 << 16, dtype=np.uint32) << np.uint32(16)
     reps = np.stack([keys, keys | np.uint32(1)]).reshape(-1).view(np.float32)
-    out = np.empty(reps.shape, fmt.code_dtype if want_code else np.float32)
+    out = np.empty(reps.shape, _kernel_dtype(fmt, reps, want_code))
     K.KERNELS[mode](reps, out, params, np.uint64(0))
     table = out.reshape(2, 1 << 16)
     table.setflags(write=False)
     return table
 
 
-def _run(flat, out, fmt, m, params, key, want_code):
-    with serial_if_small(flat.size):
-        if _memo_ok(fmt, m, flat):
-            K.lookup16(flat.view(np.uint32), _memo_table(fmt, m, params, want_code), out)
-        else:
-            K.KERNELS[m](flat, out, params, key)
+def _kernel_dtype(fmt: Format, flat: np.ndarray, want_code: bool) -> np.dtype:
+    """Output dtype of the kernel call.  Kept to a few types (float, uint8, uint32,
+    uint64) so that numba compiles few specializations; callers cast the result."""
+    if not want_code:
+        return flat.dtype
+    if fmt.bits <= 8:
+        return np.dtype(np.uint8)
+    return np.dtype(np.uint32) if fmt.bits <= 32 else np.dtype(np.uint64)
+
+
+def _run(flat, fmt, m, params, key, want_code, dtype):
+    """Run the rounding kernel on contiguous ``flat``; return an array of ``dtype``."""
+    out = np.empty(flat.shape, dtype=_kernel_dtype(fmt, flat, want_code))
+    if flat.size:
+        with serial_if_small(flat.size):
+            if _memo_ok(fmt, m, flat):
+                K.lookup16(flat.view(np.uint32), _memo_table(fmt, m, params, want_code), out)
+            else:
+                K.KERNELS[m](flat, out, params, key)
+    return out.astype(dtype, copy=False)
 
 
 def round(x, fmt, mode: str = "rne", *, saturate: bool = False, flush_subnormals: bool = False,
@@ -211,10 +225,7 @@ def round(x, fmt, mode: str = "rne", *, saturate: bool = False, flush_subnormals
     fmt, arr, flat, (m, params), key = _prepare(x, fmt, mode, saturate, flush_subnormals, seed, sr_bits, "round")
     if arr.dtype == np.float32 and not fmt.fits_float32:
         raise ValueError(f"format {fmt.name} has values that float32 cannot hold; pass float64 input")
-    out = np.empty(flat.shape, dtype=arr.dtype)
-    if flat.size:
-        _run(flat, out, fmt, m, params, key, False)
-    return out.reshape(arr.shape)
+    return _run(flat, fmt, m, params, key, False, arr.dtype).reshape(arr.shape)
 
 
 def encode(x, fmt, mode: str = "rne", *, saturate: bool = False, flush_subnormals: bool = False,
@@ -231,10 +242,7 @@ def encode(x, fmt, mode: str = "rne", *, saturate: bool = False, flush_subnormal
     fmt, arr, flat, (m, params), key = _prepare(x, fmt, mode, saturate, flush_subnormals, seed, sr_bits, "encode")
     if fmt.nan is NanStyle.NONE and flat.size and np.isnan(flat).any():
         raise ValueError(f"format {fmt.name} has no NaN: NaN inputs cannot be encoded (replace them first)")
-    out = np.empty(flat.shape, dtype=fmt.code_dtype)
-    if flat.size:
-        _run(flat, out, fmt, m, params, key, True)
-    return out.reshape(arr.shape)
+    return _run(flat, fmt, m, params, key, True, fmt.code_dtype).reshape(arr.shape)
 
 
 @lru_cache(maxsize=None)

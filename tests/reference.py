@@ -38,11 +38,13 @@ def bracket(x, fmt, table):
     is exact, its position against the midpoint and the parity of ``lo``'s
     code.
     """
-    x = np.asarray(x, dtype=np.float64)
+    x = np.asarray(x)
+    if x.dtype != np.float32:  # float32 input stays float32: all values below are float32-exact
+        x = x.astype(np.float64)
     vals, codes = finite_values(fmt, table)
     vmax = vals[-1]
     top_ulp = 2.0 ** (fmt.emax - fmt.mbits)
-    ext_vals = np.append(vals, vmax + top_ulp)  # virtual next value
+    ext_vals = np.append(vals, vmax + top_ulp).astype(x.dtype)  # virtual next value
     ext_codes = np.append(codes, codes[-1] + 1)  # its parity = next code's
     neg = np.signbit(x)
     a = np.abs(x)
@@ -55,10 +57,13 @@ def bracket(x, fmt, table):
     lo_i = np.maximum(np.where(exact, hi_i, hi_i - 1), 0)
     lo = ext_vals[lo_i]
     hi = ext_vals[hi_i]
-    mid = (lo + hi) / 2  # exact in float64 for formats of up to 16 bits
+    mid = (lo + hi) / 2  # neighbours: exact (<= 12 significant bits) for formats of up to 16 bits
     return dict(neg=neg, a=a, af=af, af_c=af_c, nan=nan, inf=inf, lo=lo, hi=hi, exact=exact,
                 above_mid=af_c > mid, at_mid=af_c == mid, lo_odd=(ext_codes[lo_i] & 1) == 1,
                 beyond=af > ext_vals[-1], below=af < vals[0], vals=vals, vmax=vmax)
+    # (for float32 input the midpoint test is exact too: lo and hi are adjacent
+    # values of a format of at most 16 bits, so (lo + hi) / 2 has at most 13
+    # significant bits)
 
 
 def round_reference(x, fmt, table, mode, saturate=False, u=None, b=None):

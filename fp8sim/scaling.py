@@ -1,0 +1,996 @@
+"""Scaled quantization: granularities, scale policies and :class:`QuantizedTensor`.
+
+FP8 is only usable with scaling: a tensor is cut into blocks, each block
+gets a scale, and the elements are divided by their block's scale before
+they are rounded to the FP8 format.  This module offers every granularity
+and scale policy in common use through one mechanism.
+
+Scale convention
+----------------
+Every scale stored here is a **dequantization scale**::
+
+    x  ~=  decode(codes) * scale * global_scale
+
+so that ``scale = amax * 2**margin / fmt.max`` for the amax-based policies
+(DeepSeek-V3 / DeepGEMM store ``amax / 448`` in the same sense; OCP MX's
+``X`` is one too).  TransformerEngine stores the reciprocal ("quantization
+scale" ``fmt.max / amax``); :attr:`QuantizedTensor.scales` holds ``1/that``.
+``global_scale`` is 1.0 except for the two-level NVFP4-style granularity.
+
+Elements are converted as ``round(x / (scale * global_scale))``; the
+quotient is formed in float64, which for float32/bfloat16 input is the
+exact quotient correctly rounded, so every element is rounded once (for
+power-of-two scales the quotient is exact for every input dtype).
+
+Granularities and scale layouts
+-------------------------------
+``scales`` always has as many dimensions as ``x``; along each axis its
+length is ``ceil(x.shape[d] / block_shape[d])``: the blocks tile ``x`` from
+the origin and the **ragged edge is its own smaller block** (never padded
+with values that would enter the amax).  ``scales[idx]`` belongs to the
+elements ``x[idx[0]*b0 : (idx[0]+1)*b0, ...]``.  A 1-D ``x`` is one row.
+Dimensions before the last two are batch dimensions: blocks never span two
+matrices of a batch, except for ``"tensor"`` (one scale for everything).
+
+============== ==================== ============================================
+name           block_shape           scales shape for x of shape (..., M, N)
+============== ==================== ============================================
+``tensor``     whole tensor          (1, ..., 1, 1)
+``row``        (1, N)                (..., M, 1)        per token
+``col``        (M, 1)                (..., 1, N)        per channel
+``1xN``        (1, N)  e.g. 1x128    (..., M, ceil(N/128))  DeepSeek-V3 activations
+``RxC``        (R, C)  e.g. 128x128  (..., ceil(M/128), ceil(N/128))  DeepSeek-V3 weights
+``gG``         G along ``axis``      ``x.shape`` with ``shape[axis] -> ceil(shape[axis]/G)``
+``mxK``        K along ``axis``      like ``gK``; E8M0 scales (OCP MX v1.0)
+``nvfp4``      16 along ``axis``     like ``g16``; E4M3 block scales x FP32 ``global_scale``
+``delayed``    whole tensor          (1, ..., 1); scale from an amax history
+============== ==================== ============================================
+
+Scale policies
+--------------
+``scale_format``: ``"fp32"`` (amax/max rounded to float32), ``"bf16"``,
+``"pow2"`` (a power of two in float32, exponent in -126..127) or ``"e8m0"``
+(a power of two, exponent in -127..127, OCP MX).  Power-of-two scales are
+rounded by ``scale_rounding``:
+
+* ``"floor"``: ``2**(floor(log2 amax) - emax_elem)`` (OCP MX v1.0; the
+  largest elements may exceed ``fmt.max`` and saturate),
+* ``"ceil"``: ``2**(ceil(log2 amax) - emax_elem)`` (never overflows; may
+  waste a binade),
+* ``"rceil"``: ``2**ceil(log2(float32(amax / fmt.max)))`` (NVIDIA's MXFP8
+  recipe, cuBLAS "RCEIL": the smallest power of two with which nothing
+  overflows),
+* ``"even"``: ``2**(floor(log2 r) - emax_elem)`` with ``r`` = amax rounded
+  to the element's precision, half up (torchao's EVEN).
+
+``bf16`` scales round the float32 scale up (``"ceil"``/``"rceil"``, the
+default, so nothing overflows), down (``"floor"``) or to nearest
+(``"even"``).  ``margin`` (an int) multiplies every scale by
+``2**margin`` (TransformerEngine's margin: headroom of ``margin`` binades).
+
+Zero, tiny and non-finite values
+--------------------------------
+* Scales are clamped to the scale format's positive normal range (fp32,
+  bf16, pow2: ``[2**-126, max]``; e8m0 ``[2**-127, 2**127]``), so all-zero
+  and all-tiny blocks get a finite, nonzero scale (never NaN/inf).
+* ``+-inf`` does not enter amax; it is converted like any overflow:
+  ``saturate=True`` (the default, OCP "satfinite") gives ``+-max``, else
+  inf (e5m2) or NaN (e4m3).  :func:`fp8sim.metrics.fraction_saturated`
+  reports it.
+* NaN enters amax, so a block holding a NaN gets a NaN scale and
+  dequantizes to NaN -- the NaN propagates to its block only (as in OCP MX,
+  where a NaN scale makes the whole block NaN).  With ``ignore_nan=True``
+  amax skips NaN and only the NaN element itself stays NaN.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+import ml_dtypes
+import numpy as np
+from numba import njit, prange
+
+from . import _kernels as K
+from .formats import BF16, E4M3, Format, NanStyle
+from .formats import format as _lookup_format
+from .rounding import _mode, _params, _sr_key, decode_table, float32_kernel_ok
+
+__all__ = [
+    "Granularity", "PerTensor", "PerRow", "PerColumn", "Tile", "Group", "MX", "NVFP4", "DelayedScaling",
+    "QuantizedTensor", "granularity", "granularity_names", "quantize", "dequantize",
+    "SCALE_FORMATS", "SCALE_ROUNDINGS",
+]
+
+SCALE_FORMATS = ("fp32", "bf16", "pow2", "e8m0")
+SCALE_ROUNDINGS = ("floor", "ceil", "rceil", "even")
+
+# scale kinds and roundings as the kernels see them
+_FP32, _BF16, _POW2, _E8M0, _E4M3 = 0, 1, 2, 3, 4
+_FLOOR, _CEIL, _RCEIL, _EVEN = 0, 1, 2, 3
+_KIND = {"fp32": _FP32, "bf16": _BF16, "pow2": _POW2, "e8m0": _E8M0, "e4m3": _E4M3}
+_ROUNDING = {"floor": _FLOOR, "ceil": _CEIL, "rceil": _RCEIL, "even": _EVEN}
+_FLT_MAX = float(np.finfo(np.float32).max)
+
+
+# =====================================================================
+# granularities
+# =====================================================================
+def _prod(xs) -> int:
+    p = 1
+    for v in xs:
+        p *= int(v)
+    return p
+
+
+def _positive_int(v, what: str) -> int:
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+        raise TypeError(f"{what} must be a positive int, got {v!r}")
+    if v <= 0:
+        raise ValueError(f"{what} must be a positive int, got {v}")
+    return int(v)
+
+
+def _axis(axis, ndim: int, who: str) -> int:
+    if isinstance(axis, (bool, np.bool_)) or not isinstance(axis, (int, np.integer)):
+        raise TypeError(f"{who}: axis must be an int, got {axis!r}")
+    if not -ndim <= axis < ndim:
+        raise ValueError(f"{who}: axis {axis} is out of range for an array of {ndim} dimension(s)")
+    return int(axis) % ndim
+
+
+@dataclass(frozen=True)
+class Granularity:
+    """Base class: how a tensor is cut into blocks that share one scale.
+
+    Subclasses define :meth:`block_shape` (block extents per axis of ``x``)
+    and the canonical 3-D view ``(B, M, N)`` with blocks ``(bm, bn)`` the
+    kernels work on (:meth:`_view`).
+    """
+
+    @property
+    def name(self) -> str:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def __str__(self) -> str:
+        return self.name
+
+    #: scale format and rounding used when quantize() is given None
+    default_scale_format = "fp32"
+
+    def _view(self, shape: tuple) -> tuple:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def block_shape(self, shape) -> tuple:
+        """Extent of one block along each axis of an ``x`` of this shape."""
+        shape = tuple(int(s) for s in shape)
+        B, M, N, bm, bn, axis = self._view(shape)
+        return _block_shape_from_view(shape, bm, bn, axis)
+
+    def scale_shape(self, shape) -> tuple:
+        """Shape of the ``scales`` array for an ``x`` of this shape."""
+        shape = tuple(int(s) for s in shape)
+        blk = self.block_shape(shape)
+        return tuple(-(-s // b) for s, b in zip(shape, blk))
+
+
+def _block_shape_from_view(shape, bm, bn, axis):
+    """Per-axis block extents; ``axis`` is the axis the view's M runs along (None: rows of last axis)."""
+    nd = len(shape)
+    blk = [1] * nd
+    if axis == "tensor":
+        return tuple(shape)
+    if axis is None:  # (B, M, N) with M = shape[-2] (or 1 for 1-D) and N = shape[-1]
+        blk[-1] = min(bn, shape[-1])
+        if nd >= 2:
+            blk[-2] = min(bm, shape[-2])
+        return tuple(blk)
+    blk[axis] = min(bm, shape[axis])  # (P, A, Q) view with blocks (g, 1)
+    return tuple(blk)
+
+
+def _matrix_view(shape):
+    if len(shape) == 1:
+        return 1, 1, shape[0]
+    return _prod(shape[:-2]), shape[-2], shape[-1]
+
+
+@dataclass(frozen=True)
+class PerTensor(Granularity):
+    """One scale for the whole tensor.  ``scales.shape == (1,) * x.ndim``."""
+
+    @property
+    def name(self) -> str:
+        return "tensor"
+
+    def _view(self, shape):
+        R = _prod(shape[:-1])
+        return 1, R, shape[-1], R, shape[-1], "tensor"
+
+
+@dataclass(frozen=True)
+class PerRow(Granularity):
+    """One scale per row (per token): ``scales.shape == x.shape[:-1] + (1,)``."""
+
+    @property
+    def name(self) -> str:
+        return "row"
+
+    def _view(self, shape):
+        return 1, _prod(shape[:-1]), shape[-1], 1, shape[-1], None
+
+
+@dataclass(frozen=True)
+class PerColumn(Granularity):
+    """One scale per column (per channel) of each matrix.
+
+    ``scales.shape == x.shape[:-2] + (1, N)``; for a 1-D ``x`` (one row)
+    every element is its own column: ``scales.shape == x.shape``.
+    """
+
+    @property
+    def name(self) -> str:
+        return "col"
+
+    def _view(self, shape):
+        B, M, N = _matrix_view(shape)
+        return B, M, N, M, 1, None
+
+
+@dataclass(frozen=True)
+class Tile(Granularity):
+    """Blocks of ``rows x cols`` elements of each matrix (``"1x128"``, ``"128x128"``).
+
+    ``scales.shape == x.shape[:-2] + (ceil(M/rows), ceil(N/cols))``.  For a
+    1-D ``x`` (one row) ``scales.shape == (ceil(N/cols),)``.  ``"1x128"``
+    is DeepSeek-V3's activation tiling along K of an (M, K) operand, and
+    ``"128x128"`` its weight blocking of an (N, K) operand.
+    """
+
+    rows: int = 1
+    cols: int = 128
+
+    def __post_init__(self):
+        _positive_int(self.rows, "Tile rows")
+        _positive_int(self.cols, "Tile cols")
+
+    @property
+    def name(self) -> str:
+        return f"{self.rows}x{self.cols}"
+
+    def _view(self, shape):
+        B, M, N = _matrix_view(shape)
+        if self.rows == 1:
+            return 1, B * M, N, 1, self.cols, None
+        return B, M, N, self.rows, self.cols, None
+
+    def block_shape(self, shape):
+        shape = tuple(int(s) for s in shape)
+        blk = [1] * len(shape)
+        blk[-1] = min(self.cols, shape[-1])
+        if len(shape) >= 2:
+            blk[-2] = min(self.rows, shape[-2])
+        return tuple(blk)
+
+
+@dataclass(frozen=True)
+class Group(Granularity):
+    """Groups of ``size`` consecutive elements along ``axis`` (``"g16"``, ``"g32"``).
+
+    ``scales.shape`` is ``x.shape`` with ``shape[axis]`` replaced by
+    ``ceil(shape[axis] / size)``.  ``Group(128)`` equals ``Tile(1, 128)``.
+    """
+
+    size: int = 32
+    axis: int = -1
+
+    def __post_init__(self):
+        _positive_int(self.size, f"{type(self).__name__} size")
+        if isinstance(self.axis, (bool, np.bool_)) or not isinstance(self.axis, (int, np.integer)):
+            raise TypeError(f"{type(self).__name__}: axis must be an int, got {self.axis!r}")
+
+    @property
+    def name(self) -> str:
+        return f"g{self.size}" + ("" if self.axis == -1 else f"@{self.axis}")
+
+    def _view(self, shape):
+        a = _axis(self.axis, len(shape), self.name)
+        if a == len(shape) - 1:
+            return 1, _prod(shape[:-1]), shape[-1], 1, self.size, len(shape) - 1
+        return _prod(shape[:a]), shape[a], _prod(shape[a + 1:]), self.size, 1, a
+
+    def block_shape(self, shape):
+        shape = tuple(int(s) for s in shape)
+        a = _axis(self.axis, len(shape), self.name)
+        blk = [1] * len(shape)
+        blk[a] = min(self.size, shape[a])
+        return tuple(blk)
+
+
+@dataclass(frozen=True)
+class MX(Group):
+    """OCP Microscaling (MX v1.0) blocks: ``size`` (32) elements along ``axis`` share an E8M0 scale.
+
+    ``X = 2**(floor(log2(amax)) - emax_elem)`` clamped to 2**-127..2**127
+    (all-zero blocks get 2**-127); elements are converted with saturation.
+    Layout as :class:`Group`; ``QuantizedTensor.scale_codes`` are the E8M0
+    bytes.  ``scale_rounding`` may pick CEIL/RCEIL/EVEN instead of FLOOR.
+    For an MX GEMM ``A (M, K)`` uses ``axis=-1`` and ``B (K, N)`` ``axis=-2``.
+    """
+
+    default_scale_format = "e8m0"
+
+    @property
+    def name(self) -> str:
+        return f"mx{self.size}" + ("" if self.axis == -1 else f"@{self.axis}")
+
+
+@dataclass(frozen=True)
+class NVFP4(Group):
+    """Two-level scaling (NVIDIA NVFP4): an E4M3 scale per ``size`` (16) elements times an FP32 per-tensor scale.
+
+    ``global_scale = amax(x) * 2**margin / (fmt.max * 448)`` (float32);
+    block scale ``s_b = round_e4m3_rne_satfinite(amax_b / fmt.max / global_scale)``
+    (a nonzero block whose scale would round to 0 gets E4M3's smallest
+    subnormal 2**-9); elements ``round(x / (s_b * global_scale))``.  Layout
+    as :class:`Group`; ``scales`` hold ``s_b`` (values of E4M3) and
+    ``scale_codes`` their E4M3 bytes.  Usually used with ``fmt="e2m1"``.
+    """
+
+    size: int = 16
+    default_scale_format = "e4m3"
+
+    @property
+    def name(self) -> str:
+        return "nvfp4" + ("" if self.size == 16 else str(self.size)) + ("" if self.axis == -1 else f"@{self.axis}")
+
+
+class DelayedScaling(Granularity):
+    """Per-tensor delayed scaling (TransformerEngine style).
+
+    The scale is computed from an **amax history** of the previous tensors,
+    not from the tensor being quantized: ``amax = max(history)``
+    (``algo="max"``) or the most recent entry (``algo="most_recent"``).
+    While the history holds no positive amax the scale is 1.0 (TE's initial
+    scale).  Each :func:`quantize` call then records the current tensor's
+    amax in the history (a rolling window of ``history_len`` entries, newest
+    first) -- this object is the mutable state, like TE's ``fp8_meta``.
+    ``scales.shape == (1,) * x.ndim``; values above ``fmt.max * scale``
+    saturate (``saturate=True``) -- see ``metrics.fraction_saturated``.
+    """
+
+    def __init__(self, history_len: int = 16, algo: str = "max", amax_history=None):
+        self.history_len = _positive_int(history_len, "DelayedScaling history_len")
+        if algo not in ("max", "most_recent"):
+            raise ValueError(f"DelayedScaling algo must be 'max' or 'most_recent', got {algo!r}")
+        self.algo = algo
+        buf = np.zeros(self.history_len, dtype=np.float64)
+        if amax_history is not None:
+            h = np.asarray(amax_history, dtype=np.float64).reshape(-1)[: self.history_len]
+            if not (np.isfinite(h) & (h >= 0)).all():
+                raise ValueError("amax_history must hold finite, non-negative values")
+            buf[: h.size] = h
+        self.amax_history = buf
+
+    def __repr__(self) -> str:
+        return f"DelayedScaling(history_len={self.history_len}, algo={self.algo!r}, amax={self.history_amax()})"
+
+    __eq__ = object.__eq__
+    __hash__ = object.__hash__
+
+    @property
+    def name(self) -> str:
+        return f"delayed{self.history_len}"
+
+    def _view(self, shape):
+        return PerTensor()._view(shape)
+
+    def history_amax(self) -> float:
+        """The amax the next quantize() will use (0.0 while the history is empty)."""
+        h = self.amax_history
+        return float(np.max(h)) if self.algo == "max" else float(h[0])
+
+    def record(self, amax: float) -> None:
+        """Push ``amax`` into the history (newest first); non-finite values are skipped, as TE does."""
+        if np.isfinite(amax):
+            self.amax_history = np.roll(self.amax_history, 1)
+            self.amax_history[0] = amax
+
+
+_NAMED = {"tensor": PerTensor, "per_tensor": PerTensor, "row": PerRow, "token": PerRow, "per_row": PerRow,
+          "col": PerColumn, "column": PerColumn, "channel": PerColumn, "per_col": PerColumn}
+_PATTERNS = [
+    (re.compile(r"^(\d+)x(\d+)$"), lambda m: Tile(int(m[1]), int(m[2]))),
+    (re.compile(r"^g(\d+)$"), lambda m: Group(int(m[1]))),
+    (re.compile(r"^mx(\d+)$"), lambda m: MX(int(m[1]))),
+    (re.compile(r"^mx$"), lambda m: MX(32)),
+    (re.compile(r"^nvfp4$"), lambda m: NVFP4(16)),
+    (re.compile(r"^delayed(\d*)$"), lambda m: DelayedScaling(int(m[1]) if m[1] else 16)),
+]
+
+
+def granularity_names() -> list[str]:
+    """The string forms :func:`granularity` understands (``N``, ``R``, ``C`` any positive ints)."""
+    return ["tensor", "row", "col", "1xN (e.g. 1x128)", "RxC (e.g. 128x128)", "gN (e.g. g32)",
+            "mxN (e.g. mx32)", "nvfp4", "delayed / delayedN (history length N)"]
+
+
+def granularity(g) -> Granularity:
+    """A :class:`Granularity` from its short name (or the object itself)."""
+    if isinstance(g, Granularity):
+        return g
+    if not isinstance(g, str):
+        raise TypeError(f"granularity must be a Granularity or a name, got {type(g).__name__}")
+    key = g.strip().lower()
+    if key in _NAMED:
+        return _NAMED[key]()
+    for pat, make in _PATTERNS:
+        m = pat.match(key)
+        if m:
+            nums = [int(v) for v in m.groups() if v]
+            if any(v <= 0 for v in nums):
+                raise ValueError(f"granularity {g!r}: tile/group sizes must be positive ints")
+            return make(m)
+    raise ValueError(f"unknown granularity {g!r}; known granularities: {', '.join(granularity_names())}")
+
+
+_as_granularity = granularity
+
+
+# =====================================================================
+# numba kernels
+# =====================================================================
+@njit(inline="always")
+def _pow2(k):
+    """2.0**k for -1022 <= k <= 1023, built from the exponent field."""
+    return np.int64((k + 1023) << 52).view(np.float64)
+
+
+@njit(inline="always")
+def _floor_log2(a):
+    """floor(log2(a)) for finite a > 0."""
+    m, e = math.frexp(a)
+    return e - 1
+
+
+@njit(inline="always")
+def _scale_one(amax, glob, sp):
+    """Dequantization scale of a block from its amax (NaN amax gives a NaN scale)."""
+    kind, rnd, fmax, emax_e, mbits_e, margin, smin, smax, emin_s, emax_s = sp
+    if amax != amax:
+        return np.nan
+    a = amax / glob
+    if kind == 0:  # fp32
+        s = np.float64(np.float32(a / fmax)) * _pow2(margin)
+        return min(max(s, smin), smax)
+    if kind == 1 or kind == 4:  # bf16 / e4m3: the unrounded ratio; rounded to the format afterwards
+        return a / fmax * _pow2(margin)
+    # power of two (pow2 / e8m0)
+    if a == 0.0:
+        e = emin_s
+    elif rnd == 0:  # FLOOR
+        e = _floor_log2(a) - emax_e
+    elif rnd == 1:  # CEIL
+        m, ex = math.frexp(a)
+        e = (ex - 1 if m == 0.5 else ex) - emax_e
+    elif rnd == 2:  # RCEIL: ceil(log2(float32(amax / fmax)))
+        r = np.float64(np.float32(a / fmax))
+        if r == 0.0:
+            e = emin_s
+        else:
+            m, ex = math.frexp(r)
+            e = ex - 1 if m == 0.5 else ex
+    else:  # EVEN: amax rounded half up to the element precision, then floor
+        b = np.float64(a).view(np.int64) + (np.int64(1) << (51 - mbits_e))
+        b = b & ~np.int64((1 << 52) - 1)
+        e = _floor_log2(np.int64(b).view(np.float64)) - emax_e
+    e = e + margin
+    e = min(max(e, emin_s), emax_s)
+    return _pow2(e)
+
+
+@njit(inline="always")
+def _amax_update(a, v, ignore_nan):
+    av = abs(np.float64(v))
+    take = (av > a) | ((av != av) & (not ignore_nan))
+    take = take & (av != np.inf)
+    return av if take else a
+
+
+@njit(inline="always")
+def _amax_bits32(xi, lo, hi, ignore_nan):
+    """amax of float32 bit patterns xi[lo:hi]: integer max reductions (they vectorize); inf skipped,
+    NaN gives NaN unless ignore_nan."""
+    fin = np.int32(0)
+    top = np.int32(0)
+    for j in range(lo, hi):
+        b = xi[j] & np.int32(0x7FFFFFFF)
+        top = max(top, b)
+        fin = max(fin, b if b < np.int32(0x7F800000) else np.int32(0))
+    if top > np.int32(0x7F800000) and not ignore_nan:
+        return np.nan
+    return np.float64(np.int32(fin).view(np.float32))
+
+
+@njit(inline="always")
+def _amax_bits64(xi, lo, hi, ignore_nan):
+    """As _amax_bits32 for float64 bit patterns."""
+    fin = np.int64(0)
+    top = np.int64(0)
+    for j in range(lo, hi):
+        b = xi[j] & np.int64(0x7FFFFFFFFFFFFFFF)
+        top = max(top, b)
+        fin = max(fin, b if b < np.int64(0x7FF0000000000000) else np.int64(0))
+    if top > np.int64(0x7FF0000000000000) and not ignore_nan:
+        return np.nan
+    return np.int64(fin).view(np.float64)
+
+
+@njit(inline="always")
+def _amax_seg(xi, lo, hi, ignore_nan):
+    if xi.itemsize == 4:
+        return _amax_bits32(xi, lo, hi, ignore_nan)
+    return _amax_bits64(xi, lo, hi, ignore_nan)
+
+
+@njit(inline="always")
+def _round_seg(xrow, crow, lo, hi, d, mode, p, key, base, f32ok):
+    """Codes of xrow[lo:hi] / d.  The quotient is exact in float64; with float32 input, a power-of-two
+    scale and a mode that sends everything below the format's smallest subnormal to the same place
+    (f32ok), the float32 product is exact where it matters and the int32-lane kernel runs."""
+    mbits, emin, emax, max_code, max_val, sign_mask, signed, has_neg_zero, subnormals, inf_code, \
+        nan_code, sat, flush, sr_bits = p
+    if d != d:  # NaN scale: the whole block is NaN (elements get the NaN code, or 0 without one)
+        fill = nan_code if nan_code >= 0 else 0
+        for j in range(lo, hi):
+            crow[j] = fill
+        return
+    m, ex = math.frexp(d)
+    if m == 0.5 and f32ok and ex > -125 and ex < 127:  # 1/d is a normal float32
+        inv32 = np.float32(1.0 / d)
+        for j in range(lo, hi):
+            v, c = K.round_one(np.float32(xrow[j]) * inv32, np.uint64(0), mode, mbits, emin, emax, max_code,
+                               max_val, sign_mask, signed, has_neg_zero, subnormals, inf_code, nan_code, sat,
+                               flush, sr_bits)
+            crow[j] = c
+    elif m == 0.5:  # power of two: multiplying by the reciprocal is exact
+        inv = 1.0 / d
+        for j in range(lo, hi):
+            r = K.random_bits(key, base + j) if mode == K.SR else np.uint64(0)
+            v, c = K.round_one(np.float64(xrow[j]) * inv, r, mode, mbits, emin, emax, max_code, max_val,
+                               sign_mask, signed, has_neg_zero, subnormals, inf_code, nan_code, sat, flush,
+                               sr_bits)
+            crow[j] = c
+    else:
+        for j in range(lo, hi):
+            r = K.random_bits(key, base + j) if mode == K.SR else np.uint64(0)
+            v, c = K.round_one(np.float64(xrow[j]) / d, r, mode, mbits, emin, emax, max_code, max_val,
+                               sign_mask, signed, has_neg_zero, subnormals, inf_code, nan_code, sat, flush,
+                               sr_bits)
+            crow[j] = c
+
+
+def _make_kernels(mode):
+    @njit(parallel=True, cache=True)
+    def fused_rows(x2, xi2, bn, p, key, sp, glob, ignore_nan, f32ok, codes2, scales2, amax2):
+        """bm == 1: per row, per tile: amax, scale and rounding in one pass (tile stays in L1)."""
+        R, N = x2.shape
+        nbn = (N + bn - 1) // bn
+        for i in prange(R):
+            xrow = x2[i]
+            xirow = xi2[i]
+            crow = codes2[i]
+            for jb in range(nbn):
+                lo = jb * bn
+                hi = min(lo + bn, N)
+                a = _amax_seg(xirow, lo, hi, ignore_nan)
+                s = _scale_one(a, glob, sp)
+                amax2[i, jb] = a
+                scales2[i, jb] = s
+                _round_seg(xrow, crow, lo, hi, s * glob, mode, p, key, i * N, f32ok)
+
+    @njit(parallel=True, cache=True)
+    def apply(x3, scales3, bm, bn, glob, p, key, f32ok, codes3):
+        """Round every element with its block's (given) scale; parallel over rows."""
+        B, M, N = x3.shape
+        nbn = (N + bn - 1) // bn
+        for t in prange(B * M):
+            b = t // M
+            i = t - b * M
+            ib = i // bm
+            xrow = x3[b, i]
+            crow = codes3[b, i]
+            for jb in range(nbn):
+                lo = jb * bn
+                hi = min(lo + bn, N)
+                _round_seg(xrow, crow, lo, hi, np.float64(scales3[b, ib, jb]) * glob, mode, p, key, t * N, f32ok)
+
+    return fused_rows, apply
+
+
+_KERNELS = {m: _make_kernels(m) for m in (K.RNE, K.RNA, K.RTZ, K.RUP, K.RDN, K.RTO, K.SR)}
+
+
+@njit(parallel=True, cache=True)
+def _amax_rows(xi2, bn, ignore_nan, out):
+    """Per row, amax of each run of ``bn`` columns: out[i, jb] (xi2: the input's bit patterns)."""
+    R, N = xi2.shape
+    nbn = (N + bn - 1) // bn
+    for i in prange(R):
+        xirow = xi2[i]
+        for jb in range(nbn):
+            lo = jb * bn
+            hi = min(lo + bn, N)
+            out[i, jb] = _amax_seg(xirow, lo, hi, ignore_nan)
+
+
+@njit(parallel=True, cache=True)
+def _amax_cols(x3, bm, ignore_nan, out):
+    """Blocks (bm, 1): out[b, ib, j] = amax of x3[b, ib*bm:(ib+1)*bm, j]; parallel over column chunks."""
+    B, M, N = x3.shape
+    nbm = (M + bm - 1) // bm
+    CW = 512
+    nch = (N + CW - 1) // CW
+    for t in prange(B * nch):
+        b = t // nch
+        c0 = (t - b * nch) * CW
+        c1 = min(c0 + CW, N)
+        for ib in range(nbm):
+            for j in range(c0, c1):
+                out[b, ib, j] = 0.0
+            for i in range(ib * bm, min((ib + 1) * bm, M)):
+                for j in range(c0, c1):
+                    out[b, ib, j] = _amax_update(out[b, ib, j], x3[b, i, j], ignore_nan)
+
+
+@njit(cache=True)
+def _scales_from_amax(amax, glob, sp, out):
+    for k in range(amax.size):
+        out[k] = _scale_one(amax[k], glob, sp)
+
+
+@njit(parallel=True, cache=True)
+def _dequant(codes3, table, scales3, bm, bn, glob, out3):
+    B, M, N = codes3.shape
+    nbn = (N + bn - 1) // bn
+    for t in prange(B * M):
+        b = t // M
+        i = t - b * M
+        ib = i // bm
+        for jb in range(nbn):
+            s = np.float64(scales3[b, ib, jb]) * glob
+            for j in range(jb * bn, min(jb * bn + bn, N)):
+                out3[b, i, j] = np.float64(table[codes3[b, i, j]]) * s
+
+
+# =====================================================================
+# QuantizedTensor
+# =====================================================================
+@dataclass(frozen=True, eq=False)
+class QuantizedTensor:
+    """A tensor quantized with block scales.
+
+    ``x ~= decode(codes) * expand(scales) * global_scale`` where ``expand``
+    repeats each scale over its block (``block_shape``; ragged edges are
+    smaller blocks).  A GEMM consumes ``codes`` and ``scales`` directly:
+    for ``A (M, K)`` quantized ``"1x128"``, ``scales`` is ``(M, ceil(K/128))``
+    and ``A[m, k] ~= decode(codes[m, k]) * scales[m, k // 128]``; for
+    ``W (N, K)`` quantized ``"128x128"``, ``scales`` is
+    ``(ceil(N/128), ceil(K/128))`` and ``W[n, k] ~= decode(codes[n, k]) *
+    scales[n // 128, k // 128]``.
+
+    Attributes
+    ----------
+    codes : uint8 (the element format's code dtype) array of ``shape``
+    scales : float32 array of :meth:`Granularity.scale_shape`; dequantization scales
+    format : element :class:`~fp8sim.Format`
+    granularity : :class:`Granularity`
+    shape, dtype : the original array's shape and dtype
+    scale_format, scale_rounding : the scale policy used (``"e4m3"``/None for NVFP4)
+    global_scale : float (1.0 except NVFP4)
+    amax : float32 array (scales' shape) of the amax measured on ``x`` per block
+        (for NVFP4 the block amaxes; for delayed scaling the current tensor's amax)
+    block_shape : per-axis block extent
+    """
+
+    codes: np.ndarray
+    scales: np.ndarray
+    format: Format
+    granularity: Granularity
+    shape: tuple
+    dtype: np.dtype
+    scale_format: str
+    scale_rounding: str | None
+    global_scale: float
+    amax: np.ndarray
+    block_shape: tuple
+    _view: tuple = field(repr=False, default=None)
+
+    @property
+    def scale_codes(self) -> np.ndarray | None:
+        """E8M0 codes (MX) or E4M3 codes (NVFP4) of the scales; None for fp32/bf16/pow2 scales."""
+        from .rounding import encode
+
+        if self.scale_format == "e8m0":
+            return encode(self.scales.astype(np.float64), "e8m0")
+        if self.scale_format == "e4m3":
+            return encode(self.scales.astype(np.float64), "e4m3")
+        return None
+
+    def values(self) -> np.ndarray:
+        """The element values ``decode(codes)`` (float32, before scaling)."""
+        from .rounding import decode
+
+        return decode(self.codes, self.format)
+
+    def expanded_scales(self) -> np.ndarray:
+        """float64 array of ``shape``: each element's ``scale * global_scale``."""
+        s = self.scales.astype(np.float64)
+        for d, b in enumerate(self.block_shape):
+            s = np.repeat(s, b, axis=d)
+        s = s[tuple(slice(0, n) for n in self.shape)]
+        return s * self.global_scale
+
+    def dequantize(self, dtype=None) -> np.ndarray:
+        """``decode(codes) * scale * global_scale``, computed exactly in float64 then rounded
+        once to ``dtype`` (default: the original dtype)."""
+        dtype = np.dtype(self.dtype if dtype is None else dtype)
+        B, M, N, bm, bn = self._view
+        table = decode_table(self.format)
+        out = np.empty((B, M, N), dtype=np.float64)
+        _dequant(self.codes.reshape(B, M, N), table, self.scales.reshape(B, -(-M // bm), -(-N // bn)),
+                 bm, bn, float(self.global_scale), out)
+        return out.reshape(self.shape).astype(dtype)
+
+    @property
+    def nbytes(self) -> int:
+        """Storage of codes plus scales (1 byte per E8M0/E4M3 scale, 2 per bf16, else 4)."""
+        per = {"e8m0": 1, "e4m3": 1, "bf16": 2}.get(self.scale_format, 4)
+        return int(self.codes.nbytes + self.scales.size * per)
+
+    def __repr__(self) -> str:
+        return (f"QuantizedTensor(shape={self.shape}, dtype={self.dtype}, format={self.format.name}, "
+                f"granularity={self.granularity.name}, scales={self.scales.shape} {self.scale_format}"
+                f"{'' if self.scale_rounding is None else '/' + self.scale_rounding})")
+
+
+# =====================================================================
+# quantize
+# =====================================================================
+def _input(x) -> tuple[np.ndarray, np.dtype]:
+    arr = np.asarray(x)
+    dt = arr.dtype
+    if arr.ndim == 0:
+        raise ValueError("quantize: x must have at least 1 dimension, got a scalar")
+    if dt == np.dtype(ml_dtypes.bfloat16):
+        return np.ascontiguousarray(arr.astype(np.float32)), dt
+    if dt.kind == "f" and dt.itemsize in (4, 8):
+        if not dt.isnative:
+            arr = arr.astype(dt.newbyteorder("="))
+        return np.ascontiguousarray(arr), arr.dtype
+    raise TypeError(f"fp8sim.quantize: x must be a float32, float64 or bfloat16 array, got dtype {dt}; "
+                    "convert it explicitly -- nothing is cast silently")
+
+
+def _policy(g: Granularity, fmt: Format, scale_format, scale_rounding, margin):
+    if isinstance(margin, (bool, np.bool_)) or not isinstance(margin, (int, np.integer)):
+        raise TypeError(f"margin must be an int (a number of binades), got {margin!r}")
+    margin = int(margin)
+    if isinstance(g, NVFP4):
+        if scale_format not in (None, "e4m3"):
+            raise ValueError(f"nvfp4 scales are E4M3 block scales times an FP32 tensor scale; "
+                             f"scale_format must be None or 'e4m3', got {scale_format!r}")
+        if scale_rounding is not None:
+            raise ValueError("nvfp4 block scales are rounded to nearest (satfinite); scale_rounding must be None")
+        sf, sr = "e4m3", None
+    else:
+        sf = g.default_scale_format if scale_format is None else scale_format
+        if not isinstance(sf, str) or sf.lower() not in SCALE_FORMATS:
+            raise ValueError(f"unknown scale_format {scale_format!r}; known: {', '.join(SCALE_FORMATS)}")
+        sf = sf.lower()
+        if isinstance(g, MX) and sf != "e8m0":
+            raise ValueError(f"MX blocks use E8M0 scales (scale_format='e8m0'), got {sf!r}; "
+                             f"use Group({g.size}) / 'g{g.size}' for other scale formats")
+        if sf == "fp32":
+            if scale_rounding is not None:
+                raise ValueError("scale_rounding applies to bf16, pow2 and e8m0 scales; fp32 scales are "
+                                 "amax/max rounded to nearest float32 -- pass scale_rounding=None")
+            sr = None
+        else:
+            default = "floor" if isinstance(g, MX) else ("ceil" if sf == "bf16" else "rceil")
+            sr = default if scale_rounding is None else scale_rounding
+            if not isinstance(sr, str) or sr.lower() not in SCALE_ROUNDINGS:
+                raise ValueError(f"unknown scale_rounding {scale_rounding!r}; known: {', '.join(SCALE_ROUNDINGS)}")
+            sr = sr.lower()
+    kind = _KIND[sf]
+    rnd = _ROUNDING.get(sr, 0)
+    if kind == _BF16:
+        smin, smax, emin_s, emax_s = 2.0**-126, BF16.max, -126, 127
+    elif kind == _E4M3:
+        smin, smax, emin_s, emax_s = E4M3.min_subnormal, E4M3.max, -9, 8
+    else:
+        if kind == _E8M0:
+            smin, smax, emin_s, emax_s = 2.0**-127, 2.0**127, -127, 127
+        else:
+            smin, smax, emin_s, emax_s = 2.0**-126, (_FLT_MAX if kind == _FP32 else 2.0**127), -126, 127
+    sp = (np.int64(kind), np.int64(rnd), np.float64(fmt.max), np.int64(fmt.emax), np.int64(fmt.mbits),
+          np.int64(margin), np.float64(smin), np.float64(smax), np.int64(emin_s), np.int64(emax_s))
+    return sf, sr, sp
+
+
+def _finish_scales(s: np.ndarray, sf: str, sr, amax: np.ndarray) -> np.ndarray:
+    """Round the ratios of bf16 / e4m3 scale policies to their format (other policies are final)."""
+    from .rounding import round as _round
+
+    if sf == "bf16":
+        mode = {"floor": "rdn", "ceil": "rup", "rceil": "rup", "even": "rne"}[sr]
+        s32 = s.astype(np.float32)  # the float32 scale amax/max (correctly rounded)
+        r = _round(s32.astype(np.float64), BF16, mode, saturate=True)
+        return np.where(np.isnan(r), r, np.clip(r, 2.0**-126, BF16.max))
+    if sf == "e4m3":  # NVFP4 block scales: RNE satfinite; a nonzero block never gets scale 0
+        r = _round(s, E4M3, "rne", saturate=True)
+        return np.where(r == 0, E4M3.min_subnormal, r)
+    return s
+
+
+def quantize(x, fmt, granularity="tensor", *, scale_format=None, scale_rounding=None, mode="rne",
+             saturate=True, margin=0, amax=None, seed=None, ignore_nan=False) -> QuantizedTensor:
+    """Quantize ``x`` to ``fmt`` with block scales.
+
+    Parameters
+    ----------
+    x : float32, float64 or ml_dtypes.bfloat16 array of 1 or more dims
+        (dimensions before the last two are batch dimensions)
+    fmt : element format (``"e4m3"``, ``"e5m2"``, ``"e2m1"``, ...)
+    granularity : a :class:`Granularity` or its name: ``"tensor"``, ``"row"``,
+        ``"col"``, ``"1x128"``, ``"128x128"``, ``"g32"``, ``"mx32"``,
+        ``"nvfp4"``, ``"delayed"`` (see the module docstring for layouts)
+    scale_format : ``"fp32"``, ``"bf16"``, ``"pow2"`` or ``"e8m0"``; None
+        picks the granularity's own (e8m0 for MX, E4M3xFP32 for NVFP4, else fp32)
+    scale_rounding : ``"floor"``, ``"ceil"``, ``"rceil"`` or ``"even"`` for
+        bf16/pow2/e8m0 scales; None picks floor for MX, ceil for bf16, rceil
+        otherwise; must be None for fp32 scales
+    mode : element rounding mode (as :func:`fp8sim.round`; ``"sr"`` needs ``seed``)
+    saturate : clamp overflow and +-inf to +-max (default True)
+    margin : int; scales are multiplied by ``2**margin``
+    amax : optional amax to use instead of measuring ``x``: a scalar or an
+        array broadcastable to the scales' shape (for NVFP4: the tensor amax)
+    seed : int or numpy Generator for stochastic rounding
+    ignore_nan : skip NaN when measuring amax (default: a NaN makes its block NaN)
+
+    Returns
+    -------
+    :class:`QuantizedTensor` with ``x ~= decode(codes) * scales (expanded) * global_scale``.
+    """
+    g = _as_granularity(granularity)
+    fmt = _lookup_format(fmt)
+    if fmt.bits > 8:
+        raise ValueError(f"quantize: element format must have at most 8 bits, got {fmt.name} ({fmt.bits} bits)")
+    if not fmt.signed or not fmt.subnormals:
+        raise ValueError(f"quantize: element format must be signed with zero, got {fmt.name}")
+    m = _mode(mode)
+    key = _sr_key(seed) if m == K.SR else np.uint64(0)
+    xc, orig_dtype = _input(x)
+    if xc.ndim == 0:
+        raise ValueError("quantize: x must have at least 1 dimension, got a scalar")
+    if xc.size == 0:
+        raise ValueError(f"quantize: x is empty (shape {xc.shape})")
+    shape = tuple(xc.shape)
+    B, M, N, bm, bn, _ax = g._view(shape)
+    bm, bn = max(1, min(bm, M)), max(1, min(bn, N))
+    nbm, nbn = -(-M // bm), -(-N // bn)
+    sf, sr, sp = _policy(g, fmt, scale_format, scale_rounding, margin)
+    p = _params(fmt, m, bool(saturate), False, 52)[1]
+    if fmt.nan is NanStyle.NONE and (ignore_nan or amax is not None) and np.isnan(xc).any():
+        raise ValueError(f"format {fmt.name} has no NaN: NaN elements cannot be encoded "
+                         "(with ignore_nan=False a NaN makes its whole block's scale NaN instead)")
+    fused, apply = _KERNELS[m]
+    f32ok = bool(xc.dtype == np.float32 and m in (K.RNE, K.RNA, K.RTZ) and float32_kernel_ok(fmt))
+    x3 = xc.reshape(B, M, N)
+    codes = np.empty((B, M, N), dtype=fmt.code_dtype)
+    glob = 1.0
+
+    if isinstance(g, NVFP4):
+        if amax is None:
+            t_amax = _measure(x3, B * M * N, N, ignore_nan, whole=True)
+        else:
+            t_amax = float(np.asarray(amax, dtype=np.float64).reshape(-1)[0]) if np.size(amax) == 1 else None
+            if t_amax is None:
+                raise ValueError("nvfp4: amax must be a scalar (the tensor amax)")
+        glob = float(np.float32(t_amax / (fmt.max * E4M3.max) * 2.0**int(margin))) if t_amax == t_amax else np.nan
+        glob = min(max(glob, 2.0**-126), _FLT_MAX) if glob == glob else glob
+        sp = sp[:5] + (np.int64(0),) + sp[6:]  # margin went into the tensor scale
+    if isinstance(g, DelayedScaling):
+        if amax is not None:
+            raise ValueError("delayed scaling takes its amax from its history; do not pass amax")
+        cur = _measure(x3, B * M * N, N, ignore_nan, whole=True)
+        h = g.history_amax()
+        if h > 0 and np.isfinite(h):
+            s = np.empty(1, dtype=np.float64)
+            _scales_from_amax(np.array([h]), 1.0, sp, s)
+            s = _finish_scales(s, sf, sr, None)
+            scales3 = s.astype(np.float32).reshape(1, 1, 1)
+        else:
+            scales3 = np.ones((1, 1, 1), dtype=np.float32)
+        apply(x3, scales3, bm, bn, 1.0, p, key, f32ok, codes)
+        amax3 = np.full((1, 1, 1), cur, dtype=np.float32)
+        g.record(cur)
+    elif amax is None and bm == 1 and nbn * M * B > 1 and sf not in ("bf16", "e4m3"):
+        x2, c2 = x3.reshape(B * M, N), codes.reshape(B * M, N)
+        scales2 = np.empty((B * M, nbn), dtype=np.float64)
+        amax2 = np.empty((B * M, nbn), dtype=np.float64)
+        fused(x2, _bits(x2), bn, p, key, sp, glob, bool(ignore_nan), f32ok, c2, scales2, amax2)
+        scales3 = scales2.astype(np.float32).reshape(B, M, nbn)
+        amax3 = amax2.astype(np.float32).reshape(B, M, nbn)
+    else:
+        if amax is None:
+            amax3 = _block_amax(x3, bm, bn, bool(ignore_nan))
+        else:
+            a = np.asarray(amax, dtype=np.float64)
+            sshape = g.scale_shape(shape) if not isinstance(g, NVFP4) else None
+            if isinstance(g, NVFP4):
+                amax3 = _block_amax(x3, bm, bn, bool(ignore_nan))
+            else:
+                try:
+                    a = np.broadcast_to(a, sshape)
+                except ValueError:
+                    raise ValueError(f"amax of shape {a.shape} does not broadcast to the scales' shape {sshape}") from None
+                if (a < 0).any():
+                    raise ValueError("amax must be non-negative")
+                amax3 = np.ascontiguousarray(a).reshape(B, nbm, nbn)
+        s = np.empty(amax3.size, dtype=np.float64)
+        _scales_from_amax(np.ascontiguousarray(amax3, dtype=np.float64).reshape(-1), glob, sp, s)
+        s = _finish_scales(s, sf, sr, None)
+        scales3 = s.astype(np.float32).reshape(B, nbm, nbn)
+        apply(x3, scales3, bm, bn, glob, p, key, f32ok, codes)
+        amax3 = np.asarray(amax3, dtype=np.float32)
+    sshape = g.scale_shape(shape)
+    return QuantizedTensor(
+        codes=codes.reshape(shape), scales=scales3.reshape(sshape), format=fmt, granularity=g, shape=shape,
+        dtype=orig_dtype, scale_format=sf, scale_rounding=sr, global_scale=float(glob),
+        amax=amax3.reshape(sshape), block_shape=g.block_shape(shape), _view=(B, M, N, bm, bn),
+    )
+
+
+def _bits(a):
+    return a.view(np.int32 if a.dtype == np.float32 else np.int64)
+
+
+def _block_amax(x3, bm, bn, ignore_nan):
+    B, M, N = x3.shape
+    nbm, nbn = -(-M // bm), -(-N // bn)
+    if bn == 1 and bm > 1:
+        out = np.empty((B, nbm, N), dtype=np.float64)
+        _amax_cols(x3, bm, ignore_nan, out)
+        return out
+    part = np.empty((B * M, nbn), dtype=np.float64)
+    _amax_rows(_bits(x3.reshape(B * M, N)), bn, ignore_nan, part)
+    part = part.reshape(B, M, nbn)
+    if bm == 1:
+        return part
+    return np.maximum.reduceat(part, np.arange(0, M, bm), axis=1)  # NaN propagates
+
+
+def _measure(x3, size, N, ignore_nan, whole):
+    """amax of the whole tensor (NaN if any NaN unless ignore_nan; inf skipped)."""
+    B, M, N = x3.shape
+    x2 = x3.reshape(B * M, N)
+    if B * M == 1 and N >= 4096:  # one long row: split it so both cores work
+        cols = 1024
+        n = (N // cols) * cols
+        parts = [_measure(x2[:, :n].reshape(1, -1, cols), 0, cols, ignore_nan, True)]
+        if n < N:
+            parts.append(_measure(x2[:, n:].reshape(1, 1, -1), 0, N - n, ignore_nan, True))
+        return float(np.max(parts))
+    part = np.empty((B * M, 1), dtype=np.float64)
+    _amax_rows(_bits(x2), N, ignore_nan, part)
+    return float(np.max(part))
+
+
+def dequantize(q: QuantizedTensor, dtype=None) -> np.ndarray:
+    """``q.dequantize(dtype)``: ``decode(codes) * scales * global_scale`` in ``q.dtype`` (or ``dtype``)."""
+    if not isinstance(q, QuantizedTensor):
+        raise TypeError(f"dequantize expects a QuantizedTensor, got {type(q).__name__}")
+    return q.dequantize(dtype)

@@ -1,0 +1,1 @@
+"""Studies that produce CSV tables and figures (``fp8sim study <name>``)."""
