@@ -209,6 +209,41 @@ def _verify_args(p):
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
+# ---------------------------------------------------------------- study
+STUDIES = {"granularity": "fp8sim.studies.granularity", "accumulation": "fp8sim.studies.accumulation"}
+
+
+@command("study", "run one study (granularity, accumulation) and write figures and CSV",
+         "examples:\n  fp8sim study granularity --out out/granularity --quick\n"
+         "  fp8sim study accumulation --out out/accumulation --json")
+def _study(args) -> int:
+    import importlib
+
+    try:
+        mod = importlib.import_module(STUDIES[args.name])
+    except ModuleNotFoundError:
+        raise UsageError(f"the {args.name} study is not available in this version") from None
+    res = mod.run(args.out, quick=args.quick, progress=progress_enabled(args), seed=args.seed)
+    summary = {"study": args.name, "out": args.out, "csv": res.get("csv"), "figures": res.get("figures"),
+               "seconds": res.get("seconds")}
+    if args.json:
+        emit_json(summary)
+    elif not args.quiet:
+        print(f"{args.name} study: wrote {res.get('csv')} and {len(res.get('figures') or [])} figures "
+              f"in {args.out} ({res.get('seconds', 0):.1f} s)")
+    return 0
+
+
+@_study.arguments
+def _study_args(p):
+    p.add_argument("name", choices=sorted(STUDIES), help="which study")
+    p.add_argument("--out", default="out", help="output folder (default ./out)")
+    p.add_argument("--quick", action="store_true", help="smaller tensors (seconds)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--quiet", action="store_true", help="no progress display")
+    p.add_argument("--json", action="store_true", help="machine-readable summary")
+
+
 # ----------------------------------------------------------------- main
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(

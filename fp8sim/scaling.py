@@ -96,7 +96,7 @@ from numba import njit, prange
 from . import _kernels as K
 from .formats import BF16, E4M3, Format, NanStyle
 from .formats import format as _lookup_format
-from .rounding import _mode, _params, _sr_key, decode_table, float32_kernel_ok
+from .rounding import _memo_table, _mode, _params, _sr_key, decode_table, float32_kernel_ok
 
 __all__ = [
     "Granularity", "PerTensor", "PerRow", "PerColumn", "Tile", "Group", "MX", "NVFP4", "DelayedScaling",
@@ -536,16 +536,49 @@ def _amax_seg(xi, lo, hi, ignore_nan):
 
 
 @njit(inline="always")
-def _round_seg(xrow, crow, lo, hi, d, mode, p, key, base, f32ok):
-    """Codes of xrow[lo:hi] / d.  The quotient is exact in float64; with float32 input, a power-of-two
-    scale and a mode that sends everything below the format's smallest subnormal to the same place
-    (f32ok), the float32 product is exact where it matters and the int32-lane kernel runs."""
+def _round_seg(xrow, crow, lo, hi, d, mode, p, key, base, f32ok, tab, use_tab):
+    """Codes of xrow[lo:hi] / d, each the single rounding of the exact quotient.
+
+    Paths, fastest first:
+
+    * ``use_tab`` (float32 input, deterministic mode, an element format with
+      <= 6 mantissa bits, ``tab`` = that rounding's memo table from
+      :mod:`fp8sim.rounding`) and a float32 scale: the quotient is formed in
+      float32, its exact residual ``q*d - x`` (exact in float64) tells
+      whether and in which direction it was rounded, and the quotient is
+      re-rounded to odd (toward zero, lowest bit set when inexact).  Round to
+      odd at 24 bits followed by any rounding at <= 7 bits equals that single
+      rounding of the exact quotient; the memo table then gives the code.
+    * power-of-two scale: multiplying by the reciprocal is exact;
+    * otherwise the float64 quotient (a float32 or float64 element over a
+      float32 scale is far from any rounding boundary of an FP8 format, so
+      rounding it is rounding the exact quotient).
+    """
     mbits, emin, emax, max_code, max_val, sign_mask, signed, has_neg_zero, subnormals, inf_code, \
         nan_code, sat, flush, sr_bits = p
     if d != d:  # NaN scale: the whole block is NaN (elements get the NaN code, or 0 without one)
         fill = nan_code if nan_code >= 0 else 0
         for j in range(lo, hi):
             crow[j] = fill
+        return
+    d32 = np.float32(d)
+    if use_tab and np.float64(d32) == d and d32 >= np.float32(1.1754943508222875e-38) and d32 < np.inf:
+        d64 = np.float64(d32)
+        buf = np.empty(hi - lo, dtype=np.uint32)
+        for j in range(lo, hi):  # vectorizes: quotient, residual, round to odd
+            xv = np.float32(xrow[j])
+            q = xv / d32
+            r = np.float64(q) * d64 - np.float64(xv)  # exact: q*d has <= 48 significant bits
+            b = np.int64(np.float32(q).view(np.int32))
+            inexact = r != 0.0
+            toward_zero = inexact & (q != np.float32(0.0)) & ((r > 0.0) == (q > np.float32(0.0)))
+            b = (b - np.int64(toward_zero)) | np.int64(inexact)
+            if not (abs(xv) < np.float32(np.inf)):  # inf / NaN elements keep their own pattern
+                b = np.int64(xv.view(np.int32))
+            buf[j - lo] = np.uint32(b & np.int64(0xFFFFFFFF))
+        for j in range(lo, hi):  # table lookups
+            u = buf[j - lo]
+            crow[j] = tab[np.int64((u & np.uint32(0xFFFF)) != np.uint32(0)), np.int64(u >> np.uint32(16))]
         return
     m, ex = math.frexp(d)
     if m == 0.5 and f32ok and ex > -125 and ex < 127:  # 1/d is a normal float32
@@ -574,7 +607,7 @@ def _round_seg(xrow, crow, lo, hi, d, mode, p, key, base, f32ok):
 
 def _make_kernels(mode):
     @njit(parallel=True, cache=True)
-    def fused_rows(x2, xi2, bn, p, key, sp, glob, ignore_nan, f32ok, codes2, scales2, amax2):
+    def fused_rows(x2, xi2, bn, p, key, sp, glob, ignore_nan, f32ok, tab, use_tab, codes2, scales2, amax2):
         """bm == 1: per row, per tile: amax, scale and rounding in one pass (tile stays in L1)."""
         R, N = x2.shape
         nbn = (N + bn - 1) // bn
@@ -589,10 +622,10 @@ def _make_kernels(mode):
                 s = _scale_one(a, glob, sp)
                 amax2[i, jb] = a
                 scales2[i, jb] = s
-                _round_seg(xrow, crow, lo, hi, s * glob, mode, p, key, i * N, f32ok)
+                _round_seg(xrow, crow, lo, hi, s * glob, mode, p, key, i * N, f32ok, tab, use_tab)
 
     @njit(parallel=True, cache=True)
-    def apply(x3, scales3, bm, bn, glob, p, key, f32ok, codes3):
+    def apply(x3, scales3, bm, bn, glob, p, key, f32ok, tab, use_tab, codes3):
         """Round every element with its block's (given) scale; parallel over rows."""
         B, M, N = x3.shape
         nbn = (N + bn - 1) // bn
@@ -605,11 +638,13 @@ def _make_kernels(mode):
             for jb in range(nbn):
                 lo = jb * bn
                 hi = min(lo + bn, N)
-                _round_seg(xrow, crow, lo, hi, np.float64(scales3[b, ib, jb]) * glob, mode, p, key, t * N, f32ok)
+                _round_seg(xrow, crow, lo, hi, np.float64(scales3[b, ib, jb]) * glob, mode, p, key, t * N, f32ok,
+                           tab, use_tab)
 
     return fused_rows, apply
 
 
+_NO_TABLE = np.zeros((2, 1), dtype=np.uint8)
 _KERNELS = {m: _make_kernels(m) for m in (K.RNE, K.RNA, K.RTZ, K.RUP, K.RDN, K.RTO, K.SR)}
 
 
@@ -888,6 +923,8 @@ def quantize(x, fmt, granularity="tensor", *, scale_format=None, scale_rounding=
                          "(with ignore_nan=False a NaN makes its whole block's scale NaN instead)")
     fused, apply = _KERNELS[m]
     f32ok = bool(xc.dtype == np.float32 and m in (K.RNE, K.RNA, K.RTZ) and float32_kernel_ok(fmt))
+    use_tab = bool(xc.dtype == np.float32 and m != K.SR and fmt.mbits <= 6 and float32_kernel_ok(fmt))
+    tab = _memo_table(fmt, m, p, True) if use_tab else _NO_TABLE
     x3 = xc.reshape(B, M, N)
     codes = np.empty((B, M, N), dtype=fmt.code_dtype)
     glob = 1.0
@@ -914,14 +951,14 @@ def quantize(x, fmt, granularity="tensor", *, scale_format=None, scale_rounding=
             scales3 = s.astype(np.float32).reshape(1, 1, 1)
         else:
             scales3 = np.ones((1, 1, 1), dtype=np.float32)
-        apply(x3, scales3, bm, bn, 1.0, p, key, f32ok, codes)
+        apply(x3, scales3, bm, bn, 1.0, p, key, f32ok, tab, use_tab, codes)
         amax3 = np.full((1, 1, 1), cur, dtype=np.float32)
         g.record(cur)
     elif amax is None and bm == 1 and nbn * M * B > 1 and sf not in ("bf16", "e4m3"):
         x2, c2 = x3.reshape(B * M, N), codes.reshape(B * M, N)
         scales2 = np.empty((B * M, nbn), dtype=np.float64)
         amax2 = np.empty((B * M, nbn), dtype=np.float64)
-        fused(x2, _bits(x2), bn, p, key, sp, glob, bool(ignore_nan), f32ok, c2, scales2, amax2)
+        fused(x2, _bits(x2), bn, p, key, sp, glob, bool(ignore_nan), f32ok, tab, use_tab, c2, scales2, amax2)
         scales3 = scales2.astype(np.float32).reshape(B, M, nbn)
         amax3 = amax2.astype(np.float32).reshape(B, M, nbn)
     else:
@@ -944,7 +981,7 @@ def quantize(x, fmt, granularity="tensor", *, scale_format=None, scale_rounding=
         _scales_from_amax(np.ascontiguousarray(amax3, dtype=np.float64).reshape(-1), glob, sp, s)
         s = _finish_scales(s, sf, sr, None)
         scales3 = s.astype(np.float32).reshape(B, nbm, nbn)
-        apply(x3, scales3, bm, bn, glob, p, key, f32ok, codes)
+        apply(x3, scales3, bm, bn, glob, p, key, f32ok, tab, use_tab, codes)
         amax3 = np.asarray(amax3, dtype=np.float32)
     sshape = g.scale_shape(shape)
     return QuantizedTensor(
