@@ -228,14 +228,14 @@ def build(out_dir, *, quick: bool = False, progress: bool = True, studies=None) 
     summary = {
         "fp8sim": __version__, "quick": quick, "seconds": round(time.perf_counter() - t0, 2),
         "environment": env, "sections": {s["id"]: s["numbers"] for s in sections},
-        "files": sorted(os.path.basename(p) for s in sections for p in s["figures"] + s["csv"]),
+        "files": sorted(os.path.relpath(p, out) for s in sections for p in s["figures"] + s["csv"]),
         "index": str(out / "index.html"),
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
     body = []
     for s in sections:
         figs = "".join(_embed(p) for p in s["figures"])
-        links = " ".join(f'<a href="{html.escape(os.path.basename(p))}">{html.escape(os.path.basename(p))}</a>'
+        links = " ".join(f'<a href="{html.escape(os.path.relpath(p, out))}">{html.escape(os.path.relpath(p, out))}</a>'
                          for p in s["csv"])
         body.append(f'<section id="{s["id"]}"><h2>{html.escape(s["title"])}</h2>{s["html"]}{figs}'
                     f'<p class="env">data: {links} · {s["seconds"]} s</p></section>')
