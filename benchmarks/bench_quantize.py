@@ -37,7 +37,6 @@ def main(argv=None):
     np.copyto(dst, src)
     t_copy = best(lambda: np.copyto(dst, src), args.repeat)
     bw = 2 * src.nbytes / t_copy
-    del src, dst
     print(f"copy bandwidth (read+write) {bw / 1e9:.2f} GB/s")
     x = np.random.default_rng(0).standard_normal((n, n), dtype=np.float32)
     print(f"{'granularity':>12} {'time ms':>9} {'bound ms':>9} {'ratio':>6}")

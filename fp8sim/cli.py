@@ -11,7 +11,7 @@ import argparse
 import json
 import sys
 import textwrap
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

@@ -37,7 +37,7 @@ Special values and overflow
 from __future__ import annotations
 
 from contextlib import contextmanager
-from functools import lru_cache
+from functools import cache, lru_cache
 
 import numba
 import numpy as np
@@ -245,7 +245,7 @@ def encode(x, fmt, mode: str = "rne", *, saturate: bool = False, flush_subnormal
     return _run(flat, fmt, m, params, key, True, fmt.code_dtype).reshape(arr.shape)
 
 
-@lru_cache(maxsize=None)
+@cache
 def decode_table(fmt: Format) -> np.ndarray:
     """Values of all ``2**bits`` codes of a format of at most 16 bits (read-only)."""
     fmt = _lookup(fmt)

@@ -38,7 +38,8 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 from numba import njit, prange
 
-from .formats import Format, format as _get_format
+from .formats import Format
+from .formats import format as _get_format
 from .rounding import decode as _decode
 
 __all__ = [

@@ -550,7 +550,7 @@ def probe_subnormal_output(fa, fb):
         same = int(np.sum(r.D.view(np.uint32) == r.C.view(np.uint32)))
         zero = int(np.sum(r.D == 0))
         rows = []
-        for lab, c, d in list(zip(r.labels, r.C, r.D))[:16]:
+        for _lab, c, d in list(zip(r.labels, r.C, r.D))[:16]:
             rows.append((f"C = {f32hex(c)}", f32hex(d)))
         r.table = [("tiny C with zero products: D == C", f"{same}/{n}"), ("D == 0", f"{zero}/{n}")] + rows
         r.findings = {"tiny_c_exact": same, "tiny_c_zero": zero, "n": n}
