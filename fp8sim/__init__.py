@@ -12,3 +12,4 @@ from .rounding import MODES, decode, decode_table, encode, round  # noqa: F401
 
 __version__ = "0.1.0"
 from .scaling import Granularity, QuantizedTensor, dequantize, granularity, quantize; from . import metrics  # noqa: E402,F401,E702
+from .recipes import Recipe, recipe, recipe_names; from .gemm import gemm  # noqa: E402,F401,E702
