@@ -43,9 +43,13 @@ import numpy as np
 from . import _gemm_kernels as _K
 from . import metrics as _metrics
 from .formats import format as _get_format
-from .recipes import Recipe, recipe as _get_recipe
-from .scaling import Group, QuantizedTensor, granularity as _granularity, quantize as _quantize
-from .tensorcore import AccumulatorModel, get_model, matmul as _tc_matmul
+from .recipes import Recipe
+from .recipes import recipe as _get_recipe
+from .scaling import Group, QuantizedTensor
+from .scaling import granularity as _granularity
+from .scaling import quantize as _quantize
+from .tensorcore import AccumulatorModel, get_model
+from .tensorcore import matmul as _tc_matmul
 
 __all__ = ["gemm", "GemmReport", "quantize_operands", "scaled_matmul", "SOURCES"]
 
@@ -400,8 +404,10 @@ def _report(x, w, qx, qw, r: Recipe, y, y32, parts) -> GemmReport:
         ys = np.zeros((M, N))
         yexact_s = np.zeros((M, N))
         Ap, Bp = _decode(A, qx.format).astype(np.float64), _decode(B, qw.format).astype(np.float64)
-        xe_p = np.zeros((M, Kp)); xe_p[:, :K] = xe
-        we_p = np.zeros((Kp, N)); we_p[:K] = we
+        xe_p = np.zeros((M, Kp))
+        xe_p[:, :K] = xe
+        we_p = np.zeros((Kp, N))
+        we_p[:K] = we
         part_exact = []
         part_model = []
         for k0 in range(0, Kp, step):
@@ -433,7 +439,7 @@ def _report(x, w, qx, qw, r: Recipe, y, y32, parts) -> GemmReport:
             # exact partials rounded to fp32, combined by the recipe's fp32 promotion arithmetic
             tot = np.zeros((M, N), np.float32)
             base = np.zeros((M, N))
-            for k0, (s_ex, pq) in zip(range(0, Kp, step), part_exact):
+            for k0, (_s_ex, pq) in zip(range(0, Kp, step), part_exact):
                 kb = k0 // kscale if r.scale_at == "promotion" else 0
                 p32 = pq.astype(np.float32)
                 if r.scale_at == "promotion":

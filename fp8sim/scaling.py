@@ -536,7 +536,7 @@ def _amax_seg(xi, lo, hi, ignore_nan):
 
 
 @njit(inline="always")
-def _round_seg(xrow, crow, lo, hi, d, mode, p, key, base, f32ok, tab, use_tab):
+def _round_seg(xrow, crow, lo, hi, d, mode, p, key, base, tab, use_tab):
     """Codes of xrow[lo:hi] / d, each the single rounding of the exact quotient.
 
     Paths, fastest first:
@@ -549,10 +549,11 @@ def _round_seg(xrow, crow, lo, hi, d, mode, p, key, base, f32ok, tab, use_tab):
       re-rounded to odd (toward zero, lowest bit set when inexact).  Round to
       odd at 24 bits followed by any rounding at <= 7 bits equals that single
       rounding of the exact quotient; the memo table then gives the code.
-    * power-of-two scale: multiplying by the reciprocal is exact;
-    * otherwise the float64 quotient (a float32 or float64 element over a
-      float32 scale is far from any rounding boundary of an FP8 format, so
-      rounding it is rounding the exact quotient).
+    * otherwise the float64 quotient, by multiplying with the reciprocal
+      for a power-of-two scale (exact), else by division (a float32 or
+      bfloat16 element over a float32 scale is either exactly on a rounding
+      boundary of an FP8 format or far from it, so rounding the float64
+      quotient is rounding the exact quotient).
     """
     mbits, emin, emax, max_code, max_val, sign_mask, signed, has_neg_zero, subnormals, inf_code, \
         nan_code, sat, flush, sr_bits = p
@@ -581,33 +582,20 @@ def _round_seg(xrow, crow, lo, hi, d, mode, p, key, base, f32ok, tab, use_tab):
             crow[j] = tab[np.int64((u & np.uint32(0xFFFF)) != np.uint32(0)), np.int64(u >> np.uint32(16))]
         return
     m, ex = math.frexp(d)
-    if m == 0.5 and f32ok and ex > -125 and ex < 127:  # 1/d is a normal float32
-        inv32 = np.float32(1.0 / d)
-        for j in range(lo, hi):
-            v, c = K.round_one(np.float32(xrow[j]) * inv32, np.uint64(0), mode, mbits, emin, emax, max_code,
-                               max_val, sign_mask, signed, has_neg_zero, subnormals, inf_code, nan_code, sat,
-                               flush, sr_bits)
-            crow[j] = c
-    elif m == 0.5:  # power of two: multiplying by the reciprocal is exact
-        inv = 1.0 / d
-        for j in range(lo, hi):
-            r = K.random_bits(key, base + j) if mode == K.SR else np.uint64(0)
-            v, c = K.round_one(np.float64(xrow[j]) * inv, r, mode, mbits, emin, emax, max_code, max_val,
-                               sign_mask, signed, has_neg_zero, subnormals, inf_code, nan_code, sat, flush,
-                               sr_bits)
-            crow[j] = c
-    else:
-        for j in range(lo, hi):
-            r = K.random_bits(key, base + j) if mode == K.SR else np.uint64(0)
-            v, c = K.round_one(np.float64(xrow[j]) / d, r, mode, mbits, emin, emax, max_code, max_val,
-                               sign_mask, signed, has_neg_zero, subnormals, inf_code, nan_code, sat, flush,
-                               sr_bits)
-            crow[j] = c
+    pow2 = m == 0.5
+    inv = 1.0 / d
+    for j in range(lo, hi):
+        r = K.random_bits(key, base + j) if mode == K.SR else np.uint64(0)
+        xv = np.float64(xrow[j])
+        q = xv * inv if pow2 else xv / d  # a power of two: multiplying by the reciprocal is exact
+        v, c = K.round_one(q, r, mode, mbits, emin, emax, max_code, max_val, sign_mask, signed, has_neg_zero,
+                           subnormals, inf_code, nan_code, sat, flush, sr_bits)
+        crow[j] = c
 
 
 def _make_kernels(mode):
     @njit(parallel=True, cache=True)
-    def fused_rows(x2, xi2, bn, p, key, sp, glob, ignore_nan, f32ok, tab, use_tab, codes2, scales2, amax2):
+    def fused_rows(x2, xi2, bn, p, key, sp, glob, ignore_nan, tab, use_tab, codes2, scales2, amax2):
         """bm == 1: per row, per tile: amax, scale and rounding in one pass (tile stays in L1)."""
         R, N = x2.shape
         nbn = (N + bn - 1) // bn
@@ -622,10 +610,10 @@ def _make_kernels(mode):
                 s = _scale_one(a, glob, sp)
                 amax2[i, jb] = a
                 scales2[i, jb] = s
-                _round_seg(xrow, crow, lo, hi, s * glob, mode, p, key, i * N, f32ok, tab, use_tab)
+                _round_seg(xrow, crow, lo, hi, s * glob, mode, p, key, i * N, tab, use_tab)
 
     @njit(parallel=True, cache=True)
-    def apply(x3, scales3, bm, bn, glob, p, key, f32ok, tab, use_tab, codes3):
+    def apply(x3, scales3, bm, bn, glob, p, key, tab, use_tab, codes3):
         """Round every element with its block's (given) scale; parallel over rows."""
         B, M, N = x3.shape
         nbn = (N + bn - 1) // bn
@@ -638,7 +626,7 @@ def _make_kernels(mode):
             for jb in range(nbn):
                 lo = jb * bn
                 hi = min(lo + bn, N)
-                _round_seg(xrow, crow, lo, hi, np.float64(scales3[b, ib, jb]) * glob, mode, p, key, t * N, f32ok,
+                _round_seg(xrow, crow, lo, hi, np.float64(scales3[b, ib, jb]) * glob, mode, p, key, t * N,
                            tab, use_tab)
 
     return fused_rows, apply
@@ -922,7 +910,6 @@ def quantize(x, fmt, granularity="tensor", *, scale_format=None, scale_rounding=
         raise ValueError(f"format {fmt.name} has no NaN: NaN elements cannot be encoded "
                          "(with ignore_nan=False a NaN makes its whole block's scale NaN instead)")
     fused, apply = _KERNELS[m]
-    f32ok = bool(xc.dtype == np.float32 and m in (K.RNE, K.RNA, K.RTZ) and float32_kernel_ok(fmt))
     use_tab = bool(xc.dtype == np.float32 and m != K.SR and fmt.mbits <= 6 and float32_kernel_ok(fmt))
     tab = _memo_table(fmt, m, p, True) if use_tab else _NO_TABLE
     x3 = xc.reshape(B, M, N)
@@ -951,14 +938,14 @@ def quantize(x, fmt, granularity="tensor", *, scale_format=None, scale_rounding=
             scales3 = s.astype(np.float32).reshape(1, 1, 1)
         else:
             scales3 = np.ones((1, 1, 1), dtype=np.float32)
-        apply(x3, scales3, bm, bn, 1.0, p, key, f32ok, tab, use_tab, codes)
+        apply(x3, scales3, bm, bn, 1.0, p, key, tab, use_tab, codes)
         amax3 = np.full((1, 1, 1), cur, dtype=np.float32)
         g.record(cur)
     elif amax is None and bm == 1 and nbn * M * B > 1 and sf not in ("bf16", "e4m3"):
         x2, c2 = x3.reshape(B * M, N), codes.reshape(B * M, N)
         scales2 = np.empty((B * M, nbn), dtype=np.float64)
         amax2 = np.empty((B * M, nbn), dtype=np.float64)
-        fused(x2, _bits(x2), bn, p, key, sp, glob, bool(ignore_nan), f32ok, tab, use_tab, c2, scales2, amax2)
+        fused(x2, _bits(x2), bn, p, key, sp, glob, bool(ignore_nan), tab, use_tab, c2, scales2, amax2)
         scales3 = scales2.astype(np.float32).reshape(B, M, nbn)
         amax3 = amax2.astype(np.float32).reshape(B, M, nbn)
     else:
@@ -981,7 +968,7 @@ def quantize(x, fmt, granularity="tensor", *, scale_format=None, scale_rounding=
         _scales_from_amax(np.ascontiguousarray(amax3, dtype=np.float64).reshape(-1), glob, sp, s)
         s = _finish_scales(s, sf, sr, None)
         scales3 = s.astype(np.float32).reshape(B, nbm, nbn)
-        apply(x3, scales3, bm, bn, glob, p, key, f32ok, tab, use_tab, codes)
+        apply(x3, scales3, bm, bn, glob, p, key, tab, use_tab, codes)
         amax3 = np.asarray(amax3, dtype=np.float32)
     sshape = g.scale_shape(shape)
     return QuantizedTensor(

@@ -1,0 +1,50 @@
+"""Every example runs (with small sizes) and prints what it promises, so none rots."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_example(name, *args, timeout=600):
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = subprocess.run([sys.executable, str(ROOT / "examples" / name), *args], capture_output=True,
+                         text=True, timeout=timeout, env=env, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout
+
+
+def test_round_and_encode():
+    out = run_example("round_and_encode.py")
+    assert "-416" in out and "0x7e" in out  # single rounding of -431.99999999999994; 448 saturated
+
+
+def test_compare_granularities_on_a_npy_file(tmp_path):
+    x = np.random.default_rng(1).standard_normal((64, 256)).astype(np.float32)
+    np.save(tmp_path / "t.npy", x)
+    out = run_example("compare_granularities.py", str(tmp_path / "t.npy"))
+    assert "(64, 256) float32" in out
+    assert all(g in out for g in ["tensor", "1x128", "128x128", "mx32"])
+
+
+def test_gemm_bitexact():
+    out = run_example("gemm_bitexact.py", "--m", "64", "--k", "256", "--n", "32")
+    assert "accumulation" in out and "relative Frobenius error vs fp64" in out
+
+
+def test_deepseek_k4096_small():
+    out = run_example("deepseek_k4096.py", "--mn", "8", "--k", "1024")
+    lines = [ln for ln in out.splitlines() if ln.startswith("U(0,1)")]
+    no_prom, prom = (float(ln.split("max rel. error ")[1].split("%")[0]) for ln in lines)
+    assert prom < no_prom  # promotion every 128 removes the truncation error
+
+
+@pytest.mark.skipif(not (ROOT / "examples" / "train_two_recipes.py").exists(), reason="training example not present")
+def test_train_two_recipes():
+    out = run_example("train_two_recipes.py", "--steps", "3")
+    assert "bf16" in out
