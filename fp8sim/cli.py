@@ -244,6 +244,129 @@ def _study_args(p):
     p.add_argument("--json", action="store_true", help="machine-readable summary")
 
 
+# ---------------------------------------------------------------- sweep
+def _csv_list(text: str, cast=str) -> list:
+    try:
+        return [cast(v) for v in text.split(",") if v.strip()]
+    except ValueError as e:
+        raise UsageError(f"bad list {text!r}: {e}") from None
+
+
+def _size(text: str) -> tuple[int, int]:
+    try:
+        m, n = text.lower().split("x")
+        return int(m), int(n)
+    except ValueError:
+        raise UsageError(f"sizes are ROWSxCOLS, e.g. 256x1024; got {text!r}") from None
+
+
+@command("sweep", "run a configurations x seeds x sizes sweep serially or on a dask cluster",
+         "examples:\n  fp8sim sweep granularity --seeds 0,1,2 --out out/sweep\n"
+         "  fp8sim sweep granularity --scheduler serial --quiet --json\n"
+         "  fp8sim sweep granularity --scheduler tcp://scheduler:8786 --sizes 1024x4096,4096x4096\n"
+         "The rows are the same whichever scheduler runs them (each task seeds itself).")
+def _sweep(args) -> int:
+    import csv
+    import os
+
+    from . import formats, sweep
+    from .scaling import granularity as _granularity
+    from .studies.granularity import DISTRIBUTIONS
+
+    dists = _csv_list(args.distributions)
+    bad = [d for d in dists if d not in DISTRIBUTIONS]
+    if bad:
+        raise UsageError(f"unknown distribution(s) {', '.join(bad)}; known: {', '.join(DISTRIBUTIONS)}")
+    fmts = [formats.format(f).name for f in _csv_list(args.formats)]
+    grans = _csv_list(args.granularities)
+    for g in grans:
+        _granularity(g)  # raises with the list of known names
+    params = sweep.granularity_params(dists, fmts, grans, _csv_list(args.seeds, int),
+                                      [_size(s) for s in _csv_list(args.sizes)])
+    rows = sweep.run(sweep.granularity_task, params, scheduler=args.scheduler, workers=args.workers,
+                     progress=progress_enabled(args))
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, "sweep_granularity.csv")
+    with open(path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    if args.json:
+        emit_json({"csv": path, "tasks": len(rows), "scheduler": args.scheduler, "rows": rows})
+    elif not args.quiet:
+        print(f"{len(rows)} tasks ({args.scheduler}): wrote {path}")
+    return 0
+
+
+@_sweep.arguments
+def _sweep_args(p):
+    p.add_argument("name", choices=["granularity"], help="which sweep")
+    p.add_argument("--distributions", default="gaussian,outlier_channels,lognormal_grad")
+    p.add_argument("--formats", default="e4m3,e5m2")
+    p.add_argument("--granularities", default="tensor,1x128,128x128,mx32")
+    p.add_argument("--seeds", default="0")
+    p.add_argument("--sizes", default="256x1024", help="comma-separated ROWSxCOLS")
+    p.add_argument("--scheduler", default="local",
+                   help="'local' (a LocalCluster on this machine, default), 'serial', or a dask scheduler "
+                        "address such as tcp://host:8786")
+    p.add_argument("--workers", type=int, default=None, help="LocalCluster workers (default: one per core)")
+    p.add_argument("--out", default="out", help="output folder")
+    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--json", action="store_true")
+
+
+# ---------------------------------------------------------------- train
+@command("train", "train a small LM with several recipes from the same start and compare the losses with BF16",
+         "examples:\n  fp8sim train --out out/train\n"
+         "  fp8sim train --recipes bf16,deepseek-v3,per-tensor --steps 100 --seed 1 --out out/t --json\n"
+         "  fp8sim train --recipes bf16,deepseek-v3 --steps 20 --fidelity exact --out out/exact")
+def _train(args) -> int:
+    from .recipes import recipe as _get_recipe
+    from .training.train import train
+
+    names = [s.strip() for s in args.recipes.split(",") if s.strip()]
+    if not names:
+        raise UsageError("--recipes is empty")
+    for n in names:
+        try:
+            _get_recipe(n)
+        except ValueError as e:  # the message lists the known names
+            raise UsageError(str(e)) from None
+    if args.steps < 1:
+        raise UsageError(f"--steps must be positive, got {args.steps}")
+    summary = train(names, args.steps, args.seed, args.out, fidelity=args.fidelity, progress=progress_enabled(args))
+    summary.pop("results", None)
+    if args.json:
+        emit_json(summary)
+        return 0
+    if not args.quiet:
+        print(f"{args.steps} steps, seed {args.seed}, fidelity {args.fidelity}, GEMMs: {summary['gemm_backend']}")
+        print(f"{'recipe':<26}{'final loss':>11}{'val loss':>10}{'rel.err vs bf16':>17}{'underflow':>11}"
+              f"{'non-finite':>11}{'s/step':>8}")
+        for name, r in summary["recipes"].items():
+            rel = r["rel_loss_error_vs_bf16"]
+            rel_s = "-" if rel is None else f"{100 * rel['mean_abs']:.3f} %"
+            print(f"{name:<26}{r['final_loss']:>11.4f}{r['val_loss']:>10.4f}{rel_s:>17}"
+                  f"{100 * r['frac_underflow']:>10.3f}%{r['nonfinite_steps']:>11}{r['s_per_step']:>8.3f}")
+        print(f"(DeepSeek-V3 reports < {100 * summary['deepseek_v3_rel_loss_error_claim']:g} % against BF16; "
+              f"rel.err: mean over the last 10 % of steps)")
+        print(f"wrote {args.out}/summary.json, losses.csv, layer_stats.csv and {len(summary.get('figures', []))} figures")
+    return 0
+
+
+@_train.arguments
+def _train_args(p):
+    p.add_argument("--recipes", default="bf16,deepseek-v3,per-tensor,per-tensor-no-promotion,te-hybrid",
+                   help="comma-separated recipe names (default: the five of the comparison; bf16 is the reference)")
+    p.add_argument("--steps", type=int, default=300, help="optimizer steps per recipe (default 300)")
+    p.add_argument("--seed", type=int, default=0, help="initialization and data-order seed (default 0)")
+    p.add_argument("--out", default="train_out", help="output folder (default ./train_out)")
+    p.add_argument("--fidelity", choices=("fast", "exact"), default="fast",
+                   help="GEMM accumulation: fast (float32 BLAS partials) or exact (bit-exact tensor-core model)")
+    p.add_argument("--quiet", action="store_true", help="no progress display")
+    p.add_argument("--json", action="store_true", help="print summary.json to stdout")
+
+
 # ----------------------------------------------------------------- main
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(

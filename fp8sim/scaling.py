@@ -94,7 +94,7 @@ import numpy as np
 from numba import njit, prange
 
 from . import _kernels as K
-from .formats import BF16, E4M3, Format, NanStyle
+from .formats import BF16, E4M3, Format, NanStyle, UnknownNameError
 from .formats import format as _lookup_format
 from .rounding import _memo_table, _mode, _params, _sr_key, decode_table, float32_kernel_ok
 
@@ -433,7 +433,7 @@ def granularity(g) -> Granularity:
             if any(v <= 0 for v in nums):
                 raise ValueError(f"granularity {g!r}: tile/group sizes must be positive ints")
             return make(m)
-    raise ValueError(f"unknown granularity {g!r}; known granularities: {', '.join(granularity_names())}")
+    raise UnknownNameError(f"unknown granularity {g!r}; known granularities: {', '.join(granularity_names())}")
 
 
 _as_granularity = granularity

@@ -1,0 +1,107 @@
+"""Sweeps: many independent tasks, run serially or through dask.distributed.
+
+A sweep is a list of parameter dicts and a task function (a module-level
+function, so that it can be sent to other processes and machines) that maps
+one dict to one result row.  :func:`run` executes the tasks
+
+* ``scheduler="serial"``: in this process, one after the other;
+* ``scheduler="local"`` (default): on a ``dask.distributed.LocalCluster``
+  sized to this machine (one single-threaded worker process per core);
+* ``scheduler="tcp://HOST:PORT"``: on an existing dask cluster, e.g. one
+  started by dask-jobqueue on Slurm or by the dask Kubernetes operator.
+
+Every task derives its randomness from its own parameters (``seed``), so the
+rows are identical whichever scheduler runs them, and :func:`run` returns them
+in task order.
+
+The built-in sweep :func:`granularity_task` quantizes one synthetic tensor
+with one granularity and format and measures the error.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Callable, Iterable
+
+import numpy as np
+
+__all__ = ["run", "granularity_task", "granularity_params", "SCHEDULERS"]
+
+SCHEDULERS = ("serial", "local", "tcp://HOST:PORT")
+
+
+def run(task: Callable[[dict], dict], params: Iterable[dict], *, scheduler: str | None = "local",
+        workers: int | None = None, progress: bool = False) -> list[dict]:
+    """Run ``task(p)`` for every ``p`` in ``params``; return the results in order."""
+    params = list(params)
+    if not params:
+        return []
+    scheduler = scheduler or "local"
+    if scheduler == "serial":
+        return [task(p) for p in _progress(params, progress)]
+    try:
+        from dask.distributed import Client, LocalCluster, as_completed
+    except ImportError as e:  # pragma: no cover - distributed is a dependency
+        raise ImportError("dask.distributed is needed for scheduler != 'serial': pip install distributed") from e
+    if scheduler == "local":
+        n = workers or os.cpu_count() or 1
+        cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None)
+        client = Client(cluster)
+    elif isinstance(scheduler, str) and "://" in scheduler:
+        cluster = None
+        client = Client(scheduler)
+    else:
+        raise ValueError(f"unknown scheduler {scheduler!r}; use one of {', '.join(SCHEDULERS)}")
+    try:
+        futures = client.map(task, params, pure=False)
+        index = {f.key: i for i, f in enumerate(futures)}
+        out: list = [None] * len(futures)
+        for fut in _progress(as_completed(futures), progress, total=len(futures)):
+            out[index[fut.key]] = fut.result()
+        return out
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+
+
+def _progress(it, enabled: bool, total: int | None = None):
+    if not enabled:
+        return it
+    from tqdm.auto import tqdm
+
+    return tqdm(it, total=total, desc="sweep", unit="task")
+
+
+def granularity_params(distributions=("gaussian", "outlier_channels", "lognormal_grad"),
+                       formats=("e4m3", "e5m2"), granularities=("tensor", "1x128", "128x128", "mx32"),
+                       seeds=(0,), sizes=((256, 1024),)) -> list[dict]:
+    """The cross product of the sweep's axes as task parameters."""
+    return [
+        {"distribution": d, "format": f, "granularity": g, "seed": int(s), "rows": int(m), "cols": int(n)}
+        for d, f, g, s, (m, n) in itertools.product(distributions, formats, granularities, seeds, sizes)
+    ]
+
+
+def granularity_task(p: dict) -> dict:
+    """Quantize one synthetic tensor (from p's seed) and measure the error."""
+    from . import metrics
+    from .scaling import quantize
+    from .studies.granularity import make_tensor
+
+    rng = np.random.default_rng([p["seed"], p["rows"], p["cols"], _stable_hash(p["distribution"])])
+    x = make_tensor(p["distribution"], (p["rows"], p["cols"]), rng)
+    q = quantize(x, p["format"], p["granularity"])
+    y = q.dequantize()
+    return dict(p, sqnr_db=float(metrics.sqnr_db(x, y)), rel_frobenius=float(metrics.rel_frobenius_error(x, y)),
+                fraction_underflow=float(metrics.fraction_underflow(x, y)),
+                fraction_saturated=float(metrics.fraction_saturated(x, q)), n_scales=int(q.scales.size))
+
+
+def _stable_hash(s: str) -> int:
+    """A hash of a string that is the same in every process (unlike hash())."""
+    h = 2166136261
+    for ch in s.encode():
+        h = ((h ^ ch) * 16777619) & 0xFFFFFFFF
+    return h
