@@ -103,11 +103,11 @@ class Recipe:
     def is_fp8(self) -> bool:
         return self.x_format in FP8_FORMATS
 
-    def with_(self, **changes) -> "Recipe":
+    def with_(self, **changes) -> Recipe:
         """A copy with some fields changed (``dataclasses.replace``)."""
         return replace(self, **changes)
 
-    def backward(self) -> "Recipe":
+    def backward(self) -> Recipe:
         """The recipe of a backward GEMM (dgrad/wgrad): the gradient operand ``x`` in
         ``grad_format`` and promotion ``backward_promote_every`` (TransformerEngine's hybrid
         format).  Recipes without a gradient format return themselves."""
