@@ -57,7 +57,7 @@ SOURCES = ("x_quantization", "w_quantization", "scale_rounding", "accumulation",
 
 
 # ------------------------------------------------------------------ input checks
-def _as_float2d(a, name: str) -> np.ndarray:
+def _as_float2d(a, name: str) -> np.ndarray | QuantizedTensor:
     if isinstance(a, QuantizedTensor):
         return a
     arr = np.asarray(a)

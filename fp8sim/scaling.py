@@ -729,7 +729,7 @@ class QuantizedTensor:
     global_scale: float
     amax: np.ndarray
     block_shape: tuple
-    _view: tuple = field(repr=False, default=None)
+    _view: tuple | None = field(repr=False, default=None)
 
     @property
     def scale_codes(self) -> np.ndarray | None:
@@ -760,7 +760,7 @@ class QuantizedTensor:
         """``decode(codes) * scale * global_scale``, computed exactly in float64 then rounded
         once to ``dtype`` (default: the original dtype)."""
         dtype = np.dtype(self.dtype if dtype is None else dtype)
-        B, M, N, bm, bn = self._view
+        B, M, N, bm, bn = self._view if self._view is not None else _view_of(self.granularity, self.shape)
         table = decode_table(self.format)
         out = np.empty((B, M, N), dtype=np.float64)
         _dequant(self.codes.reshape(B, M, N), table, self.scales.reshape(B, -(-M // bm), -(-N // bn)),
@@ -828,7 +828,7 @@ def _policy(g: Granularity, fmt: Format, scale_format, scale_rounding, margin):
                 raise ValueError(f"unknown scale_rounding {scale_rounding!r}; known: {', '.join(SCALE_ROUNDINGS)}")
             sr = sr.lower()
     kind = _KIND[sf]
-    rnd = _ROUNDING.get(sr, 0)
+    rnd = _ROUNDING.get(sr or "", 0)
     if kind == _BF16:
         smin, smax, emin_s, emax_s = 2.0**-126, BF16.max, -126, 127
     elif kind == _E4M3:
@@ -843,7 +843,7 @@ def _policy(g: Granularity, fmt: Format, scale_format, scale_rounding, margin):
     return sf, sr, sp
 
 
-def _finish_scales(s: np.ndarray, sf: str, sr, amax: np.ndarray) -> np.ndarray:
+def _finish_scales(s: np.ndarray, sf: str, sr, amax: np.ndarray | None) -> np.ndarray:
     """Round the ratios of bf16 / e4m3 scale policies to their format (other policies are final)."""
     from .rounding import round as _round
 
@@ -901,8 +901,7 @@ def quantize(x, fmt, granularity="tensor", *, scale_format=None, scale_rounding=
     if xc.size == 0:
         raise ValueError(f"quantize: x is empty (shape {xc.shape})")
     shape = tuple(xc.shape)
-    B, M, N, bm, bn, _ax = g._view(shape)
-    bm, bn = max(1, min(bm, M)), max(1, min(bn, N))
+    B, M, N, bm, bn = _view_of(g, shape)
     nbm, nbn = -(-M // bm), -(-N // bn)
     sf, sr, sp = _policy(g, fmt, scale_format, scale_rounding, margin)
     p = _params(fmt, m, bool(saturate), False, 52)[1]
@@ -939,7 +938,7 @@ def quantize(x, fmt, granularity="tensor", *, scale_format=None, scale_rounding=
         else:
             scales3 = np.ones((1, 1, 1), dtype=np.float32)
         apply(x3, scales3, bm, bn, 1.0, p, key, tab, use_tab, codes)
-        amax3 = np.full((1, 1, 1), cur, dtype=np.float32)
+        amax3: np.ndarray = np.full((1, 1, 1), cur, dtype=np.float32)
         g.record(cur)
     elif amax is None and bm == 1 and nbn * M * B > 1 and sf not in ("bf16", "e4m3"):
         x2, c2 = x3.reshape(B * M, N), codes.reshape(B * M, N)
@@ -957,6 +956,7 @@ def quantize(x, fmt, granularity="tensor", *, scale_format=None, scale_rounding=
             if isinstance(g, NVFP4):
                 amax3 = _block_amax(x3, bm, bn, bool(ignore_nan))
             else:
+                assert sshape is not None
                 try:
                     a = np.broadcast_to(a, sshape)
                 except ValueError:
@@ -976,6 +976,12 @@ def quantize(x, fmt, granularity="tensor", *, scale_format=None, scale_rounding=
         dtype=orig_dtype, scale_format=sf, scale_rounding=sr, global_scale=float(glob),
         amax=amax3.reshape(sshape), block_shape=g.block_shape(shape), _view=(B, M, N, bm, bn),
     )
+
+
+def _view_of(g: Granularity, shape: tuple) -> tuple:
+    """(B, M, N, bm, bn): the batch/matrix view of ``shape`` and the block extent, as quantize uses it."""
+    B, M, N, bm, bn, _ax = g._view(tuple(shape))
+    return B, M, N, max(1, min(bm, M)), max(1, min(bn, N))
 
 
 def _bits(a):

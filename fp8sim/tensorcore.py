@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import numpy as np
 from numba import njit, prange
@@ -670,7 +671,7 @@ def _run(a, b, c, a_format, b_format, model: AccumulatorModel, promote: int) -> 
             with np.errstate(over="ignore"):
                 c3 = c3.astype(np.float16).astype(np.float64)
     # one numba signature for every call: C-contiguous, writeable, aligned arrays
-    req = ("C_CONTIGUOUS", "WRITEABLE", "ALIGNED")
+    req: Any = ("C_CONTIGUOUS", "WRITEABLE", "ALIGNED")
     a3, b3, c3 = np.require(a3, requirements=req), np.require(b3, requirements=req), np.require(c3, requirements=req)
     tA = _code_table(fa_, model.subnormal_exponent)
     tB = _code_table(fb_, model.subnormal_exponent)
@@ -804,7 +805,7 @@ def verify_capture(path_or_npz, model=None, *, max_mismatches: int = 5) -> dict:
     results = {}
     total_n = 0
     total_bad = 0
-    first = []
+    first: list[dict] = []
     for key in sorted(k for k in cap if k == "d" or k.startswith("d_")):
         if meta.get("kind", "mma") == "chain":
             promote = None

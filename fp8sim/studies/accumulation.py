@@ -145,7 +145,7 @@ def run(out_dir, *, quick: bool = False, progress: bool = True, seed: int = 0) -
 def _headline(rows, Ks) -> dict:
     """wgmma errors at K = 4096 (or the largest K run) beside DeepSeek-V3's statement and the H200."""
     K = 4096 if 4096 in Ks else max(Ks)
-    out = {"K": K, "deepseek_v3_max_no_promotion": DEEPSEEK_V3_K4096_NO_PROMOTION_MAX, "h200": H200_K4096}
+    out: dict = {"K": K, "deepseek_v3_max_no_promotion": DEEPSEEK_V3_K4096_NO_PROMOTION_MAX, "h200": H200_K4096}
     for r in rows:
         if r["part"] == "accumulator" and r["config"] == "wgmma" and r["K"] == K:
             key = (r["distribution"], "promote 128" if r["promote_every"] else "no promotion")
