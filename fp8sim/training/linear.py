@@ -1,0 +1,423 @@
+"""FP8 Linear layer: the three GEMMs of training, each through a recipe.
+
+For ``Y = X W`` with ``X (T, D_in)`` (T tokens) and master weights ``W (D_in, D_out)``:
+
+==========  ========================  =====  ===========================================
+GEMM        product                   K      operands quantized along K
+==========  ========================  =====  ===========================================
+Fprop       ``Y  = X  @ W``           D_in   X: ``x_granularity`` along D_in (1x128 tiles
+                                             per token); W: ``w_granularity`` (128x128)
+Dgrad       ``dX = dY @ W^T``         D_out  dY: along D_out (1x128 per token); W^T: the
+                                             Fprop quantization of W, transposed, when the
+                                             weight blocks are square (128x128, per tensor)
+                                             -- W and W^T share scales --, else W
+                                             re-quantized along D_out
+Wgrad       ``dW = X^T @ dY``         T      X^T and dY re-quantized along the tokens
+                                             (1x128 along T for X^T, 128x1 for dY (T, D_out))
+==========  ========================  =====  ===========================================
+
+Formats: activations ``recipe.x_format``, weights ``recipe.w_format``, gradients
+``recipe.grad_format`` (TransformerEngine's hybrid E5M2) or ``recipe.x_format``.
+Dgrad and Wgrad use :meth:`Recipe.backward` (its promotion interval).  Wgrad's output is
+FP32 (FP32 weight gradients, as DeepSeek-V3 keeps them); Fprop and Dgrad give the
+recipe's output format (BF16 for the FP8 presets).
+
+Every GEMM of :mod:`fp8sim.training` goes through :func:`matmul`.  It calls
+:func:`fp8sim.gemm` with the operands quantized here.  If ``fp8sim.gemm`` cannot be imported
+or fails a one-time self-check, :func:`matmul` uses :func:`fallback_gemm` instead, and
+:func:`gemm_backend` says so: that emulation quantizes exactly the same way, but it multiplies
+the dequantized operands with one float32 BLAS GEMM (no tensor-core model, no promotion).
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..scaling import MX, DelayedScaling, Group, PerColumn, PerRow, PerTensor, QuantizedTensor, Tile
+from ..scaling import granularity as _granularity
+from ..scaling import quantize as _quantize
+
+__all__ = ["ROLES", "matmul", "quantize_operand", "orient", "fallback_gemm", "gemm_backend", "Linear",
+           "operand_stats", "wide_recipe", "transposes_share_scales"]
+
+ROLES = ("fprop", "dgrad", "wgrad")
+_FP8 = ("e4m3", "e5m2")
+
+
+# ------------------------------------------------------------------ recipes
+def _recipe(r):
+    from .. import recipes
+
+    return recipes.recipe(r)
+
+
+def wide_recipe(name: str):
+    """The unquantized preset ``name`` (``"bf16"``, ``"fp32"``, ``"fp64"``)."""
+    return _recipe(name)
+
+
+# ------------------------------------------------------------------ quantization along K
+def orient(g, k_axis: int):
+    """The granularity ``g`` (a recipe's spelling for an ``(M, K)`` operand, blocks along K) for
+    a 2-D operand whose reduction dimension is axis ``k_axis`` (1: ``(M, K)``, 0: ``(K, N)``).
+
+    Tiles are transposed (``1x128`` becomes ``128x1`` for a ``(K, N)`` operand), groups and MX
+    blocks run along ``k_axis``; per-tensor, square tiles and delayed scaling are unchanged.
+    """
+    g = _granularity(g)
+    if k_axis not in (0, 1):
+        raise ValueError(f"orient: k_axis must be 0 or 1, got {k_axis!r}")
+    if k_axis == 1:
+        return g
+    if isinstance(g, Tile):
+        return Tile(g.cols, g.rows)
+    if isinstance(g, Group):  # MX and NVFP4 are Groups
+        from dataclasses import replace
+
+        return replace(g, axis=0)
+    if isinstance(g, PerRow):
+        return PerColumn()
+    if isinstance(g, PerColumn):
+        return PerRow()
+    return g
+
+
+def transposes_share_scales(g) -> bool:
+    """True when quantizing ``W`` and ``W^T`` with ``g`` gives the same blocks (per tensor, square tiles):
+    then Dgrad reuses Fprop's quantized weight."""
+    g = _granularity(g)
+    return isinstance(g, (PerTensor, DelayedScaling)) or (isinstance(g, Tile) and g.rows == g.cols)
+
+
+def quantize_operand(a, fmt: str, g, k_axis: int, *, scale_format=None, scale_rounding=None, margin: int = 0):
+    """Quantize the 2-D GEMM operand ``a`` to ``fmt`` with the recipe granularity ``g`` laid along
+    its reduction axis ``k_axis`` (see :func:`orient`)."""
+    a = np.asarray(a)
+    if a.ndim != 2:
+        raise ValueError(f"quantize_operand: a must be 2-D, got shape {a.shape}")
+    go = g if isinstance(g, DelayedScaling) else orient(g, k_axis)
+    if isinstance(go, MX) or scale_format is None:
+        return _quantize(a, fmt, go, scale_rounding=scale_rounding, margin=margin)
+    return _quantize(a, fmt, go, scale_format=scale_format, scale_rounding=scale_rounding, margin=margin)
+
+
+def _overflow_threshold(fmt) -> float:
+    """The magnitude from which a value rounds beyond ``fmt.max`` (nearest rounding): max + half an ulp."""
+    e = int(np.floor(np.log2(fmt.max)))
+    return float(fmt.max + 2.0 ** (e - fmt.mbits) / 2)
+
+
+def operand_stats(a: np.ndarray, q: QuantizedTensor) -> tuple[int, int]:
+    """``(n_saturated, n_underflow)`` of the quantization ``q`` of ``a``.  Saturated: elements that
+    the saturating conversion clipped, i.e. ``|a| / scale`` at or beyond the overflow threshold
+    ``fmt.max + ulp(max) / 2`` (464 for E4M3), infinities included; a block's amax that lands on
+    ``fmt.max`` by ordinary rounding (fp32 ``amax / max`` scales are rounded) is not counted.
+    Underflowed: nonzero finite elements that became zero."""
+    fmt = q.format
+    a = np.asarray(a)
+    mag = q.codes & np.uint8(0x7F)
+    # a zero element always gets a zero code; every other zero code is an underflow (NaN/inf never encode as 0)
+    under = int(np.count_nonzero(mag == 0) - np.count_nonzero(a == 0))
+    sat = int(np.count_nonzero(np.isinf(a)))
+    with np.errstate(invalid="ignore"):
+        limit = _overflow_threshold(fmt) * q.scales.astype(np.float64) * q.global_scale
+        idx = np.nonzero(mag == fmt.max_code_mag)  # only these can have been clipped
+        if idx[0].size:
+            s = limit[tuple(i // b for i, b in zip(idx, q.block_shape))]
+            sat += int(np.count_nonzero(np.isfinite(a[idx]) & (np.abs(a[idx].astype(np.float64)) >= s)))
+    return sat, under
+
+
+# ------------------------------------------------------------------ the GEMM backend
+_BACKEND: dict = {}
+
+
+def fallback_gemm(a, b, recipe, *, layout: str = "kn") -> np.ndarray:
+    """FALLBACK emulation (used only when :func:`fp8sim.gemm` is unavailable): the quantized operands
+    are dequantized exactly and multiplied with one float32 BLAS GEMM (float64 for fp64 recipes);
+    the result is rounded to the recipe's output format.  Quantization is exact; accumulation is
+    NOT the tensor-core model and there is no promotion step."""
+    from ..rounding import round as _round
+
+    r = _recipe(recipe)
+
+    def val(t, fmt):
+        if isinstance(t, QuantizedTensor):
+            return t.dequantize(np.float64 if r.output_format == "fp64" else np.float32)
+        t = np.asarray(t)
+        if fmt == "fp64":
+            return t.astype(np.float64)
+        t = t.astype(np.float32)
+        return _round(t, "bf16") if fmt == "bf16" else t
+
+    av = val(a, r.x_format)
+    bv = val(b, r.w_format)
+    if layout == "nk":
+        bv = bv.T
+    with np.errstate(all="ignore"):
+        y = av @ bv
+    if r.output_format == "fp64":
+        return y.astype(np.float64)
+    y = y.astype(np.float32)
+    return _round(y, "bf16") if r.output_format == "bf16" else y
+
+
+def _self_check():
+    """Is ``fp8sim.gemm`` importable, and does it agree with the fallback on a small product whose
+    FP8 result is exact (small integers, scales of one block)?"""
+    try:
+        from ..gemm import gemm
+    except Exception as e:  # noqa: BLE001 - any import failure means: use the fallback
+        return None, f"fp8sim.gemm not importable ({type(e).__name__}: {e})"
+    try:
+        rng = np.random.default_rng(0)
+        x = rng.integers(-4, 5, (4, 64)).astype(np.float32)
+        w = rng.integers(-4, 5, (64, 8)).astype(np.float32)
+        qx = quantize_operand(x, "e4m3", "1x128", 1)
+        qw = quantize_operand(w, "e4m3", "128x128", 0)
+        y = np.asarray(gemm(qx, qw, "deepseek-v3", fidelity="exact"))
+        y2 = np.asarray(gemm(qx, qw, "deepseek-v3", fidelity="fast"))
+        yt = np.asarray(gemm(qx, quantize_operand(w.T, "e4m3", "128x128", 1), "deepseek-v3", layout="nk"))
+        ref = fallback_gemm(qx, qw, "deepseek-v3")
+        if y.shape != (4, 8) or not (np.array_equal(y, ref) and np.array_equal(y2, ref) and np.array_equal(yt, ref)):
+            return None, "fp8sim.gemm failed its self-check (differs from the exact product)"
+    except Exception as e:  # noqa: BLE001
+        return None, f"fp8sim.gemm failed its self-check ({type(e).__name__}: {e})"
+    return gemm, "fp8sim.gemm"
+
+
+def gemm_backend() -> str:
+    """``"fp8sim.gemm"`` or ``"fallback (...)"``: which implementation :func:`matmul` uses."""
+    if "fn" not in _BACKEND:
+        fn, why = _self_check()
+        _BACKEND["fn"], _BACKEND["name"] = fn, why
+        if fn is None:
+            warnings.warn(f"fp8sim.training: using the fallback GEMM emulation: {why}", RuntimeWarning, stacklevel=2)
+    return _BACKEND["name"] if _BACKEND["fn"] is not None else "fallback (" + _BACKEND["name"] + ")"
+
+
+def _formats(r, role: str) -> tuple[str, str]:
+    grad = r.grad_format or r.x_format
+    return {"fprop": (r.x_format, r.w_format), "dgrad": (grad, r.w_format), "wgrad": (r.x_format, grad)}[role]
+
+
+def _granularities(r, role: str):
+    return {"fprop": (r.x_granularity, r.w_granularity), "dgrad": (r.x_granularity, r.w_granularity),
+            "wgrad": (r.x_granularity, r.x_granularity)}[role]
+
+
+def role_recipe(recipe, role: str):
+    """The recipe a GEMM of ``role`` runs with: Fprop the recipe itself; Dgrad
+    :meth:`Recipe.backward`; Wgrad :meth:`Recipe.backward` with FP32 output (FP32 weight gradients,
+    except fp64 recipes)."""
+    r = _recipe(recipe)
+    if role not in ROLES:
+        raise ValueError(f"matmul: role must be one of {ROLES}, got {role!r}")
+    if role == "fprop":
+        return r
+    rb = r.backward()
+    if role == "wgrad" and rb.output_format != "fp64":
+        rb = rb.with_(output_format="fp32")
+    return rb
+
+
+def matmul(a, b, recipe, role: str, *, layout: str = "kn", fidelity: str = "fast") -> np.ndarray:
+    """The one GEMM of :mod:`fp8sim.training`: ``a @ b`` (``b`` given as ``(N, K)`` with
+    ``layout="nk"``) as GEMM ``role`` (``"fprop"``, ``"dgrad"``, ``"wgrad"``) of ``recipe``.
+
+    For FP8 recipes the operands should be :class:`QuantizedTensor` objects quantized along K
+    (:func:`quantize_operand`); float arrays are quantized here with the role's formats and the
+    recipe's granularities laid along K (``a`` along axis 1, ``b`` along its K axis).  Wide recipes
+    take float arrays; arrays with more than 2 dimensions are batched GEMMs (attention): wide
+    recipes run them as one batched numpy product with the same casts as :func:`fp8sim.gemm`
+    (operands rounded to the recipe's format, float32 products summed by BLAS, output rounded to
+    the output format), FP8 recipes one :func:`fp8sim.gemm` per matrix.
+
+    Returns float32 holding output-format values (float64 for fp64 recipes).
+    """
+    rr = role_recipe(recipe, role)
+    if fidelity not in ("fast", "exact"):
+        raise ValueError(f"matmul: fidelity must be 'fast' or 'exact', got {fidelity!r}")
+    gemm_backend()
+    fn = _BACKEND["fn"]
+    if not rr.is_fp8:
+        if isinstance(a, QuantizedTensor) or isinstance(b, QuantizedTensor):
+            raise TypeError(f"matmul: recipe {rr.name!r} is not FP8 and takes float arrays")
+        a, b = np.asarray(a), np.asarray(b)
+        if a.ndim > 2 or b.ndim > 2:
+            return _wide_batched(a, b if layout == "kn" else np.swapaxes(b, -1, -2), rr)
+        if fn is None:
+            return fallback_gemm(a, b, rr, layout=layout)
+        return np.asarray(fn(a, b, rr, layout=layout, fidelity=fidelity))
+    if not isinstance(a, QuantizedTensor) and np.ndim(a) > 2:
+        # batched FP8 GEMM (e.g. attention put in FP8): one fp8sim.gemm per matrix
+        a = np.asarray(a)
+        bb = np.asarray(b) if layout == "kn" else np.swapaxes(np.asarray(b), -1, -2)
+        lead = np.broadcast_shapes(a.shape[:-2], bb.shape[:-2])
+        a = np.broadcast_to(a, lead + a.shape[-2:])
+        bb = np.broadcast_to(bb, lead + bb.shape[-2:])
+        out = [matmul(np.ascontiguousarray(a[i]), np.ascontiguousarray(bb[i]), recipe, role, fidelity=fidelity)
+               for i in np.ndindex(*lead)]
+        return np.stack(out).reshape(lead + out[0].shape)
+    r0 = _recipe(recipe)
+    fa, fb = _formats(r0, role)
+    ga, gb = _granularities(r0, role)
+    if not isinstance(a, QuantizedTensor):
+        a = quantize_operand(a, fa, ga, 1, scale_format=rr.scale_format, scale_rounding=rr.scale_rounding,
+                             margin=rr.margin)
+    if not isinstance(b, QuantizedTensor):
+        b = quantize_operand(b, fb, gb, 0 if layout == "kn" else 1, scale_format=rr.scale_format,
+                             scale_rounding=rr.scale_rounding, margin=rr.margin)
+    if fn is None:
+        return fallback_gemm(a, b, rr, layout=layout)
+    return np.asarray(fn(a, b, rr, layout=layout, fidelity=fidelity))
+
+
+def _wide_batched(a, b, r):
+    from ..rounding import round as _round
+
+    def cast(t, fmt):
+        if fmt == "fp64":
+            return t.astype(np.float64)
+        t = t.astype(np.float32)
+        return _round(t, "bf16") if fmt == "bf16" else t
+
+    with np.errstate(all="ignore"):
+        y = np.matmul(cast(a, r.x_format), cast(b, r.w_format))
+    if r.output_format == "fp64" or r.x_format == "fp64":
+        return y.astype(np.float64)
+    y = y.astype(np.float32)
+    return _round(y, "bf16") if r.output_format == "bf16" else y
+
+
+# ------------------------------------------------------------------ the layer
+@dataclass
+class Param:
+    """A master parameter (FP32, FP64 for the fp64 recipe) and its gradient."""
+
+    name: str
+    value: np.ndarray
+    grad: Any = None
+    decay: bool = True
+
+    def __post_init__(self):
+        if self.grad is None:
+            self.grad = np.zeros_like(self.value)
+
+
+@dataclass
+class Record:
+    """Statistics of one tensor in one step (filled by the layers, read by the drift monitor)."""
+
+    amax: float
+    rms: float
+    n: int
+    n_saturated: int = 0
+    n_underflow: int = 0
+    quantized: bool = False
+
+
+def tensor_record(x: np.ndarray, q: QuantizedTensor | None = None) -> Record:
+    xf = np.asarray(x)
+    with np.errstate(all="ignore"):
+        amax = float(np.max(np.abs(xf))) if xf.size else 0.0
+        rms = float(np.sqrt(np.mean(np.square(xf, dtype=np.float64)))) if xf.size else 0.0
+    if q is None:
+        return Record(amax, rms, int(xf.size))
+    sat, und = operand_stats(xf, q)
+    return Record(amax, rms, int(xf.size), sat, und, True)
+
+
+@dataclass
+class Linear:
+    """``Y = X W`` with FP32 master weights ``W (d_in, d_out)`` and FP32 weight gradients.
+
+    ``forward(X, ctx)`` and ``backward(dY, ctx)`` run the Fprop, Dgrad and Wgrad GEMMs of
+    ``ctx.recipe_for(self.part)`` through :func:`matmul`, with operands quantized along each GEMM's
+    K (module docstring).  ``last_operands[role] = (a, b, layout)`` keeps the operands of the most
+    recent GEMM of each role (QuantizedTensors for FP8 recipes), so that tests can check the axes.
+    """
+
+    name: str
+    part: str
+    weight: Param
+    last_operands: dict = field(default_factory=dict, repr=False)
+    _cache: Any = field(default=None, repr=False)
+    _delayed: dict = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def create(cls, name: str, part: str, d_in: int, d_out: int, rng, std: float, dtype=np.float32):
+        w = (rng.standard_normal((d_in, d_out)) * std).astype(dtype)
+        return cls(name, part, Param(name + ".weight", w))
+
+    def params(self):
+        return [self.weight]
+
+    def _g(self, g, key):
+        """Granularity objects with state (delayed scaling) get one copy per operand of this layer."""
+        g = _granularity(g)
+        if isinstance(g, DelayedScaling):
+            if key not in self._delayed:
+                self._delayed[key] = copy.deepcopy(g)
+            return self._delayed[key]
+        return g
+
+    def _q(self, a, fmt, g, key, k_axis, r, ctx, record_as=None):
+        q = quantize_operand(a, fmt, self._g(g, key), k_axis, scale_format=r.scale_format,
+                             scale_rounding=r.scale_rounding, margin=r.margin)
+        rec = tensor_record(a, q)
+        ctx.record(f"{self.name}:{record_as or key}", rec, counted=True)
+        return q
+
+    def forward(self, x: np.ndarray, ctx) -> np.ndarray:
+        r = _recipe(ctx.recipe_for(self.part))
+        x = ctx.perturb(self.name, x)
+        W = self.weight.value
+        if r.is_fp8:
+            qx = self._q(x, r.x_format, r.x_granularity, "x", 1, r, ctx)
+            qw = self._q(W, r.w_format, r.w_granularity, "w", 0, r, ctx)
+            self.last_operands["fprop"] = (qx, qw, "kn")
+            y = matmul(qx, qw, r, "fprop", fidelity=ctx.fidelity)
+        else:
+            ctx.record(f"{self.name}:x", tensor_record(x))
+            self.last_operands["fprop"] = (x, W, "kn")
+            y = matmul(x, W.astype(x.dtype, copy=False), r, "fprop", fidelity=ctx.fidelity)
+            qw = None
+        self._cache = (x, qw, r)
+        return y.astype(ctx.dtype, copy=False)
+
+    def backward(self, dy: np.ndarray, ctx) -> np.ndarray:
+        x, qw, r = self._cache
+        W = self.weight.value
+        rb = r.backward()
+        if r.is_fp8:
+            gfmt = r.grad_format or r.x_format
+            # Dgrad: dX = dY @ W^T, K = d_out
+            qdy = self._q(dy, gfmt, r.x_granularity, "dy", 1, rb, ctx)
+            if transposes_share_scales(r.w_granularity):
+                b, layout = qw, "nk"  # W^T shares W's 128x128 (or per-tensor) scales
+            else:
+                b, layout = self._q(np.ascontiguousarray(W.T), r.w_format, r.w_granularity, "wT", 0, rb, ctx), "kn"
+            self.last_operands["dgrad"] = (qdy, b, layout)
+            dx = matmul(qdy, b, r, "dgrad", layout=layout, fidelity=ctx.fidelity)
+            # Wgrad: dW = X^T @ dY, K = T (tokens): both operands re-quantized along the tokens
+            qxt = self._q(np.ascontiguousarray(x.T), r.x_format, r.x_granularity, "xT", 1, rb, ctx)
+            qdyt = self._q(dy, gfmt, r.x_granularity, "dyT", 0, rb, ctx)
+            self.last_operands["wgrad"] = (qxt, qdyt, "kn")
+            dw = matmul(qxt, qdyt, r, "wgrad", fidelity=ctx.fidelity)
+        else:
+            ctx.record(f"{self.name}:dy", tensor_record(dy))
+            Wc = W.astype(dy.dtype, copy=False)
+            self.last_operands["dgrad"] = (dy, Wc, "nk")
+            dx = matmul(dy, Wc, r, "dgrad", layout="nk", fidelity=ctx.fidelity)
+            xt = np.ascontiguousarray(x.T)
+            self.last_operands["wgrad"] = (xt, dy, "kn")
+            dw = matmul(xt, dy, r, "wgrad", fidelity=ctx.fidelity)
+        self.weight.grad += dw.astype(self.weight.grad.dtype, copy=False)
+        self._cache = None
+        return dx.astype(ctx.dtype, copy=False)
