@@ -209,6 +209,59 @@ def _verify_args(p):
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
+# ------------------------------------------------------------- quantize
+@command("quantize", "quantize a tensor from a .npy file with a scaling granularity and report the error",
+         "examples:\n  fp8sim quantize acts.npy --format e4m3 --granularity 1x128\n"
+         "  fp8sim quantize grads.npy --format e5m2 --granularity mx32 --out grads_q.npz --json\n"
+         "The .npz holds codes, scales, amax and the settings; fp8sim.dequantize needs the\n"
+         "QuantizedTensor, so reload with numpy and multiply decode(codes) by the expanded scales.")
+def _quantize(args) -> int:
+    import os
+
+    from . import metrics
+    from .scaling import quantize
+
+    if not os.path.exists(args.file):
+        raise FileNotFoundError(f"no such file: {args.file}")
+    x = np.load(args.file, allow_pickle=False)
+    if x.dtype not in (np.float32, np.float64):
+        raise UsageError(f"{args.file} holds {x.dtype}; fp8sim quantizes float32 or float64 arrays "
+                         "(convert it explicitly, e.g. np.save(path, x.astype(np.float32)))")
+    q = quantize(x, args.format, args.granularity, mode=args.mode, seed=args.seed,
+                 saturate=not args.no_saturate, margin=args.margin)
+    y = q.dequantize()
+    res = {"file": args.file, "shape": list(x.shape), "dtype": str(x.dtype), "format": q.format.name,
+           "granularity": q.granularity.name, "scale_format": q.scale_format, "scales_shape": list(q.scales.shape),
+           "sqnr_db": float(metrics.sqnr_db(x, y)), "rel_frobenius_error": float(metrics.rel_frobenius_error(x, y)),
+           "max_rel_error": float(metrics.max_rel_error(x, y)),
+           "fraction_saturated": float(metrics.fraction_saturated(x, q)),
+           "fraction_underflow": float(metrics.fraction_underflow(x, y))}
+    if args.out:
+        np.savez_compressed(args.out, codes=q.codes, scales=q.scales, amax=q.amax,
+                            settings=json.dumps({k: res[k] for k in ("format", "granularity", "scale_format")}))
+        res["out"] = args.out
+    if args.json:
+        emit_json(res)
+    else:
+        for k, v in res.items():
+            print(f"{k:>22}: {_fmt_value(v)}")
+    return 0
+
+
+@_quantize.arguments
+def _quantize_args(p):
+    p.add_argument("file", help="a .npy file with a float32/float64 array (1 or more dims)")
+    p.add_argument("-f", "--format", default="e4m3", help="element format (default e4m3)")
+    p.add_argument("-g", "--granularity", default="1x128",
+                   help="tensor, row, col, 1xN, NxN, gN, mxN, nvfp4, delayed (default 1x128)")
+    p.add_argument("-m", "--mode", default="rne", help="element rounding mode (default rne)")
+    p.add_argument("--seed", type=int, default=None, help="seed for --mode sr")
+    p.add_argument("--margin", type=int, default=0, help="scale margin in powers of two")
+    p.add_argument("--no-saturate", action="store_true", help="overflow to inf/NaN instead of clamping")
+    p.add_argument("--out", default=None, help="write codes and scales to this .npz")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
 # ---------------------------------------------------------------- study
 STUDIES = {"granularity": "fp8sim.studies.granularity", "accumulation": "fp8sim.studies.accumulation"}
 

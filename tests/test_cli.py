@@ -67,3 +67,20 @@ def test_report_quick(tmp_path, capsys):
     assert summary["sections"]["formats"]["e4m3"]["max"] == 448.0
     rn = summary["sections"]["rounding"]["e4m3/rne"]["mean_rel_error"]
     assert 0 < rn < 2.0**-4  # below the unit roundoff of E4M3
+
+
+def test_quantize_command(tmp_path, capsys):
+    x = np.random.default_rng(0).standard_normal((16, 256)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    code, out, _ = run(capsys, "quantize", str(tmp_path / "x.npy"), "--granularity", "1x128", "--json",
+                       "--out", str(tmp_path / "q.npz"))
+    res = json.loads(out)
+    q = fp8sim.quantize(x, "e4m3", "1x128")
+    assert code == 0 and res["scales_shape"] == [16, 2]
+    assert res["sqnr_db"] == pytest.approx(fp8sim.metrics.sqnr_db(x, q.dequantize()), rel=0, abs=0)
+    with np.load(tmp_path / "q.npz") as z:
+        assert np.array_equal(z["codes"], q.codes) and np.array_equal(z["scales"], q.scales)
+    np.save(tmp_path / "i.npy", np.arange(4))
+    assert run(capsys, "quantize", str(tmp_path / "i.npy"))[0] == 2
+    assert run(capsys, "quantize", str(tmp_path / "missing.npy"))[0] == 1
+    assert run(capsys, "quantize", str(tmp_path / "x.npy"), "--granularity", "7q")[0] == 2
