@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ._json import json_default
 from .formats import UnknownNameError
 
 COMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int], str, str]] = {}
@@ -40,16 +41,8 @@ def command(name: str, help: str, epilog: str = ""):  # noqa: A002
     return wrap
 
 
-def _json_default(o):
-    if isinstance(o, (np.floating, np.integer)):
-        return o.item()
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    return str(o)
-
-
 def emit_json(obj) -> None:
-    print(json.dumps(obj, indent=2, default=_json_default))
+    print(json.dumps(obj, indent=2, default=json_default))
 
 
 def progress_enabled(args) -> bool:

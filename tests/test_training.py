@@ -51,7 +51,7 @@ def _fd_check(f, arrays, grads, rng, n=8, h=1e-6, tol=1e-6):
             assert abs(fd - g[i]) <= tol * max(1.0, abs(fd)), (i, fd, g[i])
 
 
-def _layer_fd(layer, x, forward, backward, params, rng):
+def _check_layer_fd(layer, x, forward, backward, params, rng):
     ctx = _ctx64()
     y = forward(x, ctx)
     R = rng.standard_normal(y.shape)
@@ -88,7 +88,7 @@ def test_layer_backward_matches_finite_differences(kind):
     else:
         layer = MLP.create("m", 6, 10, rng, 0.5, 0.5, np.float64)
         x = rng.standard_normal((2, 3, 6))
-    _layer_fd(layer, x, layer.forward, layer.backward, layer.params(), rng)
+    _check_layer_fd(layer, x, layer.forward, layer.backward, layer.params(), rng)
 
 
 def test_embedding_and_cross_entropy_gradients():
@@ -96,7 +96,7 @@ def test_embedding_and_cross_entropy_gradients():
     emb = Embedding.create(9, 4, 6, rng, 1.0, np.float64)
     tok = rng.integers(0, 9, (3, 6))
     tok[0, :3] = 4  # a repeated token: gradients must accumulate
-    _layer_fd(emb, tok, emb.forward, emb.backward, emb.params(), rng)
+    _check_layer_fd(emb, tok, emb.forward, emb.backward, emb.params(), rng)
     logits = rng.standard_normal((5, 7))
     t = rng.integers(0, 7, 5)
     loss, g = cross_entropy(logits, t)

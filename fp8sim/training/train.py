@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from .._json import json_default
 from .data import Batches, corpus
 from .instruments import DriftMonitor, DynamicClipper, ElasticRestart, global_norm
 from .linear import gemm_backend
@@ -312,21 +313,13 @@ def train(recipes=DEFAULT_RECIPES, steps: int = 300, seed: int = 0, out_dir: str
 
         summary["figures"] = _fig.all_figures(out_dir, results, DEEPSEEK_V3_REL_LOSS_ERROR)
     with open(os.path.join(out_dir, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=2, default=_json_default)
+        json.dump(summary, f, indent=2, default=json_default)
     summary["results"] = results
     return summary
 
 
-def _json_default(o):
-    if isinstance(o, (np.floating, np.integer)):
-        return o.item()
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    return str(o)
-
-
 def _jsonable(d):
-    return json.loads(json.dumps(d, default=_json_default))
+    return json.loads(json.dumps(d, default=json_default))
 
 
 def _write_losses(path, results):
