@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
 import sys
 import time
 import zlib
@@ -39,7 +37,6 @@ except Exception:  # pragma: no cover - CuPy is optional
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.join(HERE, "kernels", "gemm.cu")
-BUILD = os.path.join(HERE, "kernels", "build")
 LBO, SBO = 128, 256  # no-swizzle K-major descriptor fields found in run 1 (gpu/NOTES.md)
 
 # (name, M, N, K, distribution, seed, recipe, sampled rows)
@@ -139,15 +136,9 @@ _mod = None
 def _module():
     global _mod
     if _mod is None:
-        nvcc = shutil.which("nvcc") or os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc")
-        if os.path.exists(nvcc):
-            os.makedirs(BUILD, exist_ok=True)
-            out = os.path.join(BUILD, "gemm_sm90a.cubin")
-            subprocess.run([nvcc, "-cubin", "-O3", "-gencode=arch=compute_90a,code=sm_90a", SRC, "-o", out], check=True)
-            _mod = cp.RawModule(path=out)
-        else:
-            with open(SRC) as f:
-                _mod = cp.RawModule(code=f.read(), options=("-arch=sm_90a", "-std=c++17"))
+        from .kernels import load_module
+
+        _mod = load_module(SRC, "gemm_sm90a.cubin")
     return _mod
 
 

@@ -53,35 +53,51 @@ def _require():
         raise RuntimeError("gpu.kernels needs CuPy (pip install cupy-cuda12x or cupy-cuda13x) and an NVIDIA GPU")
 
 
-def build(force: bool = False) -> str:
-    """Compile tc.cu to a cubin with nvcc; returns the cubin path ('' if no nvcc)."""
+KDIR = os.path.join(HERE, "kernels")
+
+
+def build_cubin(src: str, name: str, force: bool = False) -> str:
+    """Compile ``src`` (a .cu in gpu/kernels) to BUILD/name for sm_90a with nvcc; '' if no nvcc.
+
+    Rebuilt when the source or a shared header in gpu/kernels is newer than the cubin."""
     nvcc = shutil.which("nvcc") or (os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc"))
     if not os.path.exists(nvcc):
         return ""
     os.makedirs(BUILD, exist_ok=True)
-    out = os.path.join(BUILD, "tc_sm90a.cubin")
-    if force or not os.path.exists(out) or os.path.getmtime(out) < os.path.getmtime(SRC):
-        cmd = [nvcc, "-cubin", "-O3", "-gencode=arch=compute_90a,code=sm_90a", SRC, "-o", out]
-        subprocess.run(cmd, check=True)
+    out = os.path.join(BUILD, name)
+    newest = max(os.path.getmtime(p) for p in [src] + [os.path.join(KDIR, f) for f in os.listdir(KDIR)
+                                                       if f.endswith(".cuh")])
+    if force or not os.path.exists(out) or os.path.getmtime(out) < newest:
+        subprocess.run([nvcc, "-cubin", "-O3", "-gencode=arch=compute_90a,code=sm_90a", f"-I{KDIR}", src,
+                        "-o", out], check=True)
     return out
 
 
-def module():
-    """The loaded CuPy RawModule (built on first use)."""
-    global _module
+def load_module(src: str, name: str):
+    """A CuPy RawModule of ``src``: the nvcc cubin, or NVRTC when nvcc is missing or fails."""
     _require()
+    path = ""
+    try:
+        path = build_cubin(src, name)
+    except Exception as e:  # pragma: no cover
+        print(f"[gpu.kernels] nvcc build of {os.path.basename(src)} failed ({e}); trying NVRTC")
+    if path:
+        return cp.RawModule(path=path)
+    with open(src) as f:
+        code = f.read()
+    return cp.RawModule(code=code, options=("-arch=sm_90a", "-std=c++17", f"-I{KDIR}"))
+
+
+def build(force: bool = False) -> str:
+    """Compile tc.cu to a cubin with nvcc; returns the cubin path ('' if no nvcc)."""
+    return build_cubin(SRC, "tc_sm90a.cubin", force)
+
+
+def module():
+    """The loaded CuPy RawModule of tc.cu (built on first use)."""
+    global _module
     if _module is None:
-        path = ""
-        try:
-            path = build()
-        except Exception as e:  # pragma: no cover
-            print(f"[gpu.kernels] nvcc build failed ({e}); trying NVRTC")
-        if path:
-            _module = cp.RawModule(path=path)
-        else:
-            with open(SRC) as f:
-                code = f.read()
-            _module = cp.RawModule(code=code, options=("-arch=sm_90a", "-std=c++17"))
+        _module = load_module(SRC, "tc_sm90a.cubin")
     return _module
 
 

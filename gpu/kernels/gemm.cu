@@ -27,18 +27,7 @@
 #include <cstdint>
 #include <cuda_bf16.h>
 
-__device__ __forceinline__ int tile_off(int r, int k) {
-    return (r >> 3) * 256 + (k >> 4) * 128 + (r & 7) * 16 + (k & 15);
-}
-
-__device__ __forceinline__ uint64_t make_desc(const void* p, int lbo, int sbo) {
-    uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(p));
-    uint64_t d = 0;
-    d |= (uint64_t)((addr & 0x3FFFF) >> 4);
-    d |= (uint64_t)((lbo & 0x3FFFF) >> 4) << 16;
-    d |= (uint64_t)((sbo & 0x3FFFF) >> 4) << 32;
-    return d;
-}
+#include "sm90_common.cuh"
 
 // rows x 32-byte K slice starting at k0 of a row-major (rows x ldk) matrix -> core-matrix layout,
 // 4 bytes per thread and step (ldk % 4 == 0, k0 % 32 == 0)

@@ -14,23 +14,7 @@
 #include <cuda_fp16.h>
 
 // ---------------------------------------------------------------- wgmma helpers
-// No-swizzle K-major shared-memory layout: core matrices of 8 rows x 16 bytes.
-// Byte offset of element (row r, k) inside a (rows x 32) tile:
-//   (r / 8) * 256 + (k / 16) * 128 + (r % 8) * 16 + (k % 16)
-// The descriptor's LBO/SBO fields are kernel arguments so that the host can
-// check which field the hardware reads as the K-direction stride.
-__device__ __forceinline__ int tile_off(int r, int k) {
-    return (r >> 3) * 256 + (k >> 4) * 128 + (r & 7) * 16 + (k & 15);
-}
-
-__device__ __forceinline__ uint64_t make_desc(const void* p, int lbo, int sbo) {
-    uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(p));
-    uint64_t d = 0;
-    d |= (uint64_t)((addr & 0x3FFFF) >> 4);
-    d |= (uint64_t)((lbo & 0x3FFFF) >> 4) << 16;
-    d |= (uint64_t)((sbo & 0x3FFFF) >> 4) << 32;
-    return d;  // base offset 0, layout type 0 (no swizzle)
-}
+#include "sm90_common.cuh"  // tile_off, make_desc: the no-swizzle K-major layout
 
 __device__ __forceinline__ void fence_async_smem() {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
