@@ -287,6 +287,16 @@ def _sr(x, out, p, key):
 KERNELS = {RNE: _rne, RNA: _rna, RTZ: _rtz, RUP: _rup, RDN: _rdn, RTO: _rto, SR: _sr}
 
 
+@njit(parallel=True, cache=True)
+def any_mode(x, out, mode, p, key):
+    """The same loop with the mode as a run-time value: one compilation serves all seven modes.
+
+    Compiling a mode's own kernel takes seconds; fp8sim.rounding uses this one for arrays too
+    small to repay that (and to build the memo tables), the per-mode kernels for large ones.
+    """
+    _loop(x, out, mode, p, key)
+
+
 # ---------------------------------------------------------------------------
 # Memoized float32 path.  For a target with mbits <= 6, at least the low 17
 # bits of a float32 significand fall below the target quantum (s >= 17), so

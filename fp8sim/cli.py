@@ -146,11 +146,29 @@ def _round_args(p):
 
 # --------------------------------------------------------------- report
 @command("report", "run the headline studies and write an HTML report with figures, CSV and JSON",
-         "examples:\n  fp8sim report --out report --quick\n  fp8sim report --out report")
+         "examples:\n  fp8sim report --out report --quick\n  fp8sim report --out report\n"
+         "  fp8sim report --out report --config report.toml\n\n"
+         "A config file (TOML or JSON) picks the studies, the seed and each study's sizes and subsets:\n"
+         "  seed = 1\n"
+         "  studies = [\"formats\", \"granularity\", \"accumulation\", \"training\"]\n"
+         "  [granularity]\n"
+         "  shape = [256, 2048]\n"
+         "  granularities = [\"tensor\", \"1x128\", \"128x128\", \"mx32\"]\n"
+         "  [training]\n"
+         "  recipes = [\"bf16\", \"deepseek-v3\"]\n"
+         "  steps = 100\n"
+         "Sections and options: rounding (formats, modes, samples); granularity (shape, formats,\n"
+         "distributions, granularities); accumulation (k_max, size, distributions, recipes);\n"
+         "tensorcore (captures: a folder of .npz captures); training (recipes, steps, fidelity).\n"
+         "Studies: formats, rounding, granularity, accumulation, tensorcore, training.")
 def _report(args) -> int:
     from . import report
 
-    summary = report.build(args.out, quick=args.quick, progress=progress_enabled(args))
+    try:
+        config = report.load_config(args.config) if args.config else None
+    except report.ConfigError as e:
+        raise UsageError(str(e)) from None
+    summary = report.build(args.out, quick=args.quick, progress=progress_enabled(args), config=config)
     if args.json:
         emit_json(summary)
     elif not args.quiet:
@@ -162,6 +180,8 @@ def _report(args) -> int:
 def _report_args(p):
     p.add_argument("--out", default="report", help="output folder (default ./report)")
     p.add_argument("--quick", action="store_true", help="smaller studies (under 2 minutes on 2 cores)")
+    p.add_argument("--config", metavar="FILE", default=None,
+                   help="TOML or JSON file choosing studies, seed and study options (see below)")
     p.add_argument("--quiet", action="store_true", help="no progress display")
     p.add_argument("--json", action="store_true", help="print summary.json to stdout")
 

@@ -171,6 +171,7 @@ _add(Recipe(
 
 
 def recipe_names() -> list[str]:
+    """Names of the preset recipes, in the order of the presets table."""
     return list(PRESETS)
 
 

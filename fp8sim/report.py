@@ -1,9 +1,26 @@
 """``fp8sim report``: the headline studies as one self-contained HTML page.
 
-Each study is a function ``(out_dir, quick, progress) -> section`` where a
-section is a dict with a title, HTML body, figure paths, CSV paths and
-headline numbers; :func:`build` runs them, embeds the figures and writes
-``index.html``, ``summary.json`` and the CSV/PNG files beside it.
+Each study is a function ``(out_dir, quick, progress, opts) -> section``
+where ``opts`` holds the study's options from a config file (see
+:data:`OPTIONS`) and the seed, and a section is a dict with a title, HTML
+body, figure paths, CSV paths and headline numbers; :func:`build` runs them,
+embeds the figures and writes ``index.html``, ``summary.json`` and the
+CSV/PNG files beside it.
+
+A config file (TOML or JSON; :func:`load_config`) chooses the studies, the
+seed and each study's sizes and subsets, e.g.::
+
+    seed = 1
+    studies = ["formats", "granularity", "training"]
+
+    [granularity]
+    shape = [256, 2048]
+    formats = ["e4m3"]
+    granularities = ["tensor", "1x128", "128x128", "mx32"]
+
+    [training]
+    recipes = ["bf16", "deepseek-v3"]
+    steps = 100
 """
 
 from __future__ import annotations
@@ -22,6 +39,143 @@ import numpy as np
 from . import __version__, formats, plotting, rounding
 
 MODES = ["rne", "rna", "rtz", "rup", "rdn", "rto", "sr"]
+ROUNDING_FORMATS = ("e4m3", "e5m2", "e3m4", "e2m1", "bf16")
+TRAINING_RECIPES = ("bf16", "deepseek-v3", "per-tensor", "per-tensor-no-promotion")
+TRAINING_RECIPES_QUICK = ("bf16", "deepseek-v3")
+
+
+class ConfigError(ValueError):
+    """A report config file that cannot be used (the message names the key and what is allowed)."""
+
+
+def _known(kind: str):
+    """The allowed values of a list-of-names option, or None where any name its registry knows is allowed."""
+    if kind == "distributions/granularity":
+        from .studies.granularity import DISTRIBUTIONS
+        return DISTRIBUTIONS
+    if kind == "distributions/accumulation":
+        from .studies.accumulation import DISTRIBUTIONS
+        return DISTRIBUTIONS
+    if kind == "granularities":
+        from .studies.granularity import GRANULARITIES
+        return GRANULARITIES
+    if kind == "modes":
+        return tuple(MODES)
+    if kind == "studies":
+        return tuple(STUDY_IDS)
+    return None
+
+
+#: Every option a config file may set: section -> key -> kind.  Kinds: ``int`` (positive),
+#: ``bool``, ``path``, ``fidelity``, ``shape`` (two positive ints), ``formats``/``recipes``
+#: (lists of registered names) and lists of the names :func:`_known` returns.
+OPTIONS: dict[str, dict[str, str]] = {
+    "": {"seed": "int0", "quick": "bool", "studies": "studies"},
+    "rounding": {"formats": "formats", "modes": "modes", "samples": "int"},
+    "granularity": {"shape": "shape", "formats": "formats", "distributions": "distributions/granularity",
+                    "granularities": "granularities"},
+    "accumulation": {"k_max": "int", "size": "int", "distributions": "distributions/accumulation",
+                     "recipes": "recipes"},
+    "tensorcore": {"captures": "path"},
+    "training": {"recipes": "recipes", "steps": "int", "fidelity": "fidelity"},
+}
+
+
+def _check_value(where: str, kind: str, v):
+    def fail(what):
+        raise ConfigError(f"{where}: expected {what}, got {v!r}")
+
+    if kind in ("int", "int0"):
+        if isinstance(v, bool) or not isinstance(v, int) or v < (0 if kind == "int0" else 1):
+            fail("a non-negative integer" if kind == "int0" else "a positive integer")
+        return v
+    if kind == "bool":
+        if not isinstance(v, bool):
+            fail("true or false")
+        return v
+    if kind == "path":
+        if not isinstance(v, str) or not Path(v).is_dir():
+            fail("an existing folder")
+        return v
+    if kind == "fidelity":
+        if v not in ("fast", "exact"):
+            fail('"fast" or "exact"')
+        return v
+    if kind == "shape":
+        if (not isinstance(v, list) or len(v) != 2
+                or not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in v)):
+            fail("two positive integers [rows, cols]")
+        return v
+    if not isinstance(v, list) or not v or not all(isinstance(n, str) for n in v):
+        fail("a non-empty list of names")
+    if kind == "formats":
+        for n in v:
+            try:
+                formats.format(n)
+            except ValueError as e:
+                raise ConfigError(f"{where}: {e}") from None
+        return v
+    if kind == "recipes":
+        from .recipes import recipe
+        for n in v:
+            try:
+                recipe(n)
+            except ValueError as e:
+                raise ConfigError(f"{where}: {e}") from None
+        return v
+    known = _known(kind)
+    bad = [n for n in v if n not in known]
+    if bad:
+        raise ConfigError(f"{where}: unknown {', '.join(map(repr, bad))}; known: {', '.join(known)}")
+    return v
+
+
+def validate_config(cfg: dict, source: str = "config") -> dict:
+    """Check a config mapping against :data:`OPTIONS`; return it unchanged or raise :class:`ConfigError`."""
+    if not isinstance(cfg, dict):
+        raise ConfigError(f"{source}: the top level must be a table/object, got {type(cfg).__name__}")
+    sections = [k for k in OPTIONS if k]
+    for key, v in cfg.items():
+        if key in OPTIONS[""]:
+            _check_value(f"{source}: {key}", OPTIONS[""][key], v)
+        elif key in sections:
+            if not isinstance(v, dict):
+                raise ConfigError(f"{source}: [{key}] must be a table/object of options")
+            for opt, val in v.items():
+                if opt not in OPTIONS[key]:
+                    raise ConfigError(f"{source}: [{key}] has no option {opt!r}; known: {', '.join(OPTIONS[key])}")
+                _check_value(f"{source}: [{key}] {opt}", OPTIONS[key][opt], val)
+        else:
+            raise ConfigError(f"{source}: unknown key {key!r}; known: {', '.join(list(OPTIONS[''])+sections)}")
+    return cfg
+
+
+def load_config(path) -> dict:
+    """Read a report config from a TOML (``.toml``) or JSON file and validate it."""
+    path = Path(path)
+    try:
+        text = path.read_bytes()
+    except OSError as e:
+        raise ConfigError(f"cannot read config file {path}: {e.strerror}") from None
+    if path.suffix.lower() == ".json":
+        try:
+            cfg = json.loads(text)
+        except ValueError as e:
+            raise ConfigError(f"{path} is not valid JSON: {e}") from None
+    else:
+        try:
+            import tomllib
+        except ModuleNotFoundError:  # Python 3.10
+            try:
+                import tomli as tomllib  # type: ignore[no-redef]
+            except ModuleNotFoundError:
+                raise ConfigError("TOML config files need Python >= 3.11 or the tomli package; "
+                                  "or write the config as .json") from None
+        try:
+            cfg = tomllib.loads(text.decode())
+        except (ValueError, UnicodeDecodeError) as e:
+            raise ConfigError(f"{path} is not valid TOML: {e}") from None
+    return validate_config(cfg, str(path))
 
 
 def write_csv(path, rows: list[dict]) -> str:
@@ -47,7 +201,7 @@ def html_table(rows: list[dict], columns: list[str] | None = None) -> str:
 
 
 # ---------------------------------------------------------------- studies
-def study_formats(out: Path, quick: bool, progress: bool) -> dict:
+def study_formats(out: Path, quick: bool, progress: bool, opts: dict) -> dict:
     from .cli import TABLE_COLUMNS
 
     rows = [f.summary() for f in formats.CATALOGUE.values()]
@@ -63,7 +217,7 @@ def study_formats(out: Path, quick: bool, progress: bool) -> dict:
     }
 
 
-def mode_errors(names=("e4m3", "e5m2", "e3m4", "e2m1", "bf16"), n: int = 200_000, seed: int = 0) -> list[dict]:
+def mode_errors(names=ROUNDING_FORMATS, n: int = 200_000, seed: int = 0, modes=MODES) -> list[dict]:
     """Mean relative error and relative bias of each rounding mode on log-normal data."""
     rng = np.random.default_rng(seed)
     rows = []
@@ -74,7 +228,7 @@ def mode_errors(names=("e4m3", "e5m2", "e3m4", "e2m1", "bf16"), n: int = 200_000
         mag = 2.0 ** rng.uniform(lo, np.log2(f.max) - 0.5, n)
         x = (mag * rng.choice([-1.0, 1.0], n)).astype(np.float32)
         pos = np.abs(x).astype(np.float32)
-        for mode in MODES:
+        for mode in modes:
             y = rounding.round(pos, f, mode, seed=seed if mode == "sr" else None).astype(np.float64)
             ys = rounding.round(x, f, mode, seed=seed if mode == "sr" else None).astype(np.float64)
             rel = np.abs(ys - x) / np.abs(x)
@@ -87,19 +241,26 @@ def mode_errors(names=("e4m3", "e5m2", "e3m4", "e2m1", "bf16"), n: int = 200_000
     return rows
 
 
-def study_rounding(out: Path, quick: bool, progress: bool) -> dict:
+def study_rounding(out: Path, quick: bool, progress: bool, opts: dict) -> dict:
     fig1 = plotting.rounding_error_figure(out / "rounding_error.png")
-    rows = mode_errors(n=50_000 if quick else 400_000)
+    rows = mode_errors(names=opts.get("formats", ROUNDING_FORMATS), modes=opts.get("modes", MODES),
+                       n=opts.get("samples", 50_000 if quick else 400_000), seed=opts["seed"])
     fig2 = plotting.mode_error_figure(out / "rounding_modes.png", rows)
     csv_path = write_csv(out / "rounding_modes.csv", rows)
-    e4 = {r["mode"]: r for r in rows if r["format"] == "e4m3"}
+    first = rows[0]["format"]
+    e4 = {r["mode"]: r for r in rows if r["format"] == first}
+
+    def quote(mode, key, fmt):
+        return f"{mode.upper()} {key.replace('_', ' ')} {e4[mode][key]:{fmt}}" if mode in e4 else None
+
+    quoted = [q for q in (quote("rne", "mean_rel_error", ".4f"), quote("rtz", "rel_bias", "+.4f"),
+                          quote("sr", "rel_bias", "+.5f")) if q]
     text = (
         "<p>Worst relative error of round-to-nearest-even in each binade: flat at the unit roundoff "
         "2<sup>-(m+1)</sup> in the normal range, growing in the subnormal range. "
         "Right: mean error and bias of each rounding mode on positive log-normal data. Directed modes are "
         "biased by about half an ulp; stochastic rounding (sr) is unbiased at the cost of a larger mean error. "
-        f"E4M3: RNE mean relative error {e4['rne']['mean_rel_error']:.4f}, RTZ bias {e4['rtz']['rel_bias']:+.4f}, "
-        f"SR bias {e4['sr']['rel_bias']:+.5f}.</p>"
+        + (f"{first.upper()}: {', '.join(quoted)}." if quoted else "") + "</p>"
     )
     return {
         "id": "rounding", "title": "Rounding error per format and mode", "html": text,
@@ -108,16 +269,16 @@ def study_rounding(out: Path, quick: bool, progress: bool) -> dict:
     }
 
 
-def study_granularity(out: Path, quick: bool, progress: bool) -> dict:
+def study_granularity(out: Path, quick: bool, progress: bool, opts: dict) -> dict:
     from .studies import granularity
 
-    res = granularity.run(out / "granularity", quick=quick, progress=progress)
+    res = granularity.run(out / "granularity", quick=quick, progress=progress, **opts)
     key = res["key"]
     dists = list(dict.fromkeys(k[0] for k in key))
     gran = list(dict.fromkeys(k[2] for k in key))
     rows = []
     for d in dists:
-        for f in ("e4m3", "e5m2"):
+        for f in dict.fromkeys(k[1] for k in key):
             row = {"distribution": d, "format": f}
             row.update({g: key.get((d, f, g), float("nan")) for g in gran})
             rows.append(row)
@@ -140,11 +301,11 @@ def capture_dir() -> Path | None:
     return None
 
 
-def study_tensorcore(out: Path, quick: bool, progress: bool) -> dict:
+def study_tensorcore(out: Path, quick: bool, progress: bool, opts: dict) -> dict:
     """Hardware-validation status of each accumulator model: re-score the captures shipped with fp8sim."""
     from . import tensorcore
 
-    data = capture_dir()
+    data = Path(opts["captures"]) if opts.get("captures") else capture_dir()
     files = sorted(data.glob("*_e4m3*.npz")) if data is not None else []
     files = [f for f in files if not f.name.startswith(("probes", "cvt"))]
     if quick:
@@ -170,10 +331,10 @@ def study_tensorcore(out: Path, quick: bool, progress: bool) -> dict:
             "figures": [], "csv": csvs, "numbers": {r["model"]: r["match_rate"] for r in rows}}
 
 
-def study_accumulation(out: Path, quick: bool, progress: bool) -> dict:
+def study_accumulation(out: Path, quick: bool, progress: bool, opts: dict) -> dict:
     from .studies import accumulation
 
-    res = accumulation.run(out / "accumulation", quick=quick, progress=progress)
+    res = accumulation.run(out / "accumulation", quick=quick, progress=progress, **opts)
     head = res["headline"]
     rows = []
     for key, v in head.items():
@@ -197,7 +358,35 @@ def study_accumulation(out: Path, quick: bool, progress: bool) -> dict:
             "figures": list(res["figures"]), "csv": [res["csv"]], "numbers": numbers}
 
 
-STUDIES = [study_formats, study_rounding, study_granularity, study_accumulation, study_tensorcore]
+def study_training(out: Path, quick: bool, progress: bool, opts: dict) -> dict:
+    """A short training comparison: the same small LM, initialization and batches with each recipe."""
+    from .training.train import DEEPSEEK_V3_REL_LOSS_ERROR, train
+
+    recipes = opts.get("recipes", TRAINING_RECIPES_QUICK if quick else TRAINING_RECIPES)
+    steps = opts.get("steps", 40 if quick else 200)
+    sub = out / "training"
+    summary = train(recipes, steps, opts["seed"], str(sub), fidelity=opts.get("fidelity", "fast"), progress=progress)
+    rows, numbers = [], {"steps": steps}
+    for name, r in summary["recipes"].items():
+        rel = r["rel_loss_error_vs_bf16"]
+        rows.append({"recipe": name, "final loss (mean of last 10 %)": r["final_loss_last10pct_mean"],
+                     "rel. loss error vs bf16": rel["mean_abs"] if rel else "reference",
+                     "FP8 elements flushed to zero": r["frac_underflow"], "non-finite steps": r["nonfinite_steps"],
+                     "s/step": r["s_per_step"]})
+        numbers[name] = {"final_loss": r["final_loss_last10pct_mean"], "rel_loss_error": rel["mean_abs"] if rel else None}
+    csvs = [str(sub / "losses.csv"), str(sub / "layer_stats.csv")]
+    text = (f"<p>A small transformer LM trained for {steps} steps from the same initialization and batches with "
+            f"each recipe; every Linear layer's Fprop, Dgrad and Wgrad GEMM runs through the recipe. The relative "
+            f"loss error is the mean of |L - L<sub>bf16</sub>| / L<sub>bf16</sub> over the last 10 % of steps. "
+            f"DeepSeek-V3 reports below {DEEPSEEK_V3_REL_LOSS_ERROR:.2%} for its 671B model; at this model size "
+            f"the number is dominated by run-to-run divergence (see the training docs).</p>"
+            + html_table(rows))
+    return {"id": "training", "title": "Training against BF16", "html": text,
+            "figures": [str(sub / f) for f in summary.get("figures", [])], "csv": csvs, "numbers": numbers}
+
+
+STUDIES = [study_formats, study_rounding, study_granularity, study_accumulation, study_tensorcore, study_training]
+STUDY_IDS = {f.__name__.removeprefix("study_"): f for f in STUDIES}
 
 
 # ------------------------------------------------------------------ page
@@ -229,11 +418,19 @@ def environment() -> dict:
     }
 
 
-def build(out_dir, *, quick: bool = False, progress: bool = True, studies=None) -> dict:
-    """Run the studies and write ``index.html`` and ``summary.json`` in ``out_dir``."""
+def build(out_dir, *, quick: bool = False, progress: bool = True, studies=None, config: dict | None = None) -> dict:
+    """Run the studies and write ``index.html`` and ``summary.json`` in ``out_dir``.
+
+    ``studies`` is a list of study functions or names (default: all, or the config's
+    ``studies``); ``config`` is a mapping as :func:`load_config` returns (validated here).
+    """
+    config = validate_config(dict(config or {}))
+    quick = quick or config.get("quick", False)
+    seed = config.get("seed", 0)
+    studies = studies or config.get("studies") or STUDIES
+    studies = [STUDY_IDS[s] if isinstance(s, str) else s for s in studies]
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    studies = studies or STUDIES
     sections = []
     t0 = time.perf_counter()
     bar = None
@@ -243,7 +440,8 @@ def build(out_dir, *, quick: bool = False, progress: bool = True, studies=None) 
         bar = tqdm(total=len(studies), desc="fp8sim report", unit="study")
     for study in studies:
         t = time.perf_counter()
-        sec = study(out, quick, progress)
+        opts = dict(config.get(study.__name__.removeprefix("study_"), {}), seed=seed)
+        sec = study(out, quick, progress, opts)
         sec["seconds"] = round(time.perf_counter() - t, 2)
         sections.append(sec)
         if bar:
@@ -253,8 +451,8 @@ def build(out_dir, *, quick: bool = False, progress: bool = True, studies=None) 
         bar.close()
     env = environment()
     summary = {
-        "fp8sim": __version__, "quick": quick, "seconds": round(time.perf_counter() - t0, 2),
-        "environment": env, "sections": {s["id"]: s["numbers"] for s in sections},
+        "fp8sim": __version__, "quick": quick, "seed": seed, "config": config,
+        "seconds": round(time.perf_counter() - t0, 2), "environment": env, "sections": {s["id"]: s["numbers"] for s in sections},
         "files": sorted(os.path.relpath(p, out) for s in sections for p in s["figures"] + s["csv"]),
         "index": str(out / "index.html"),
     }

@@ -169,13 +169,26 @@ def _memo_ok(fmt: Format, mode: int, flat: np.ndarray) -> bool:
     return flat.dtype == np.float32 and mode != K.SR and fmt.mbits <= 6 and flat.size >= 1 << 16
 
 
+#: From this many elements on, an array is rounded by its mode's own kernel (the mode a compile-time
+#: constant: branch-free and vectorized, but compiled separately for each mode and dtype); smaller
+#: arrays share one kernel that takes the mode at run time.
+SPECIALIZE_MIN = 1 << 20
+
+
+def _round_kernel(flat: np.ndarray, out: np.ndarray, mode: int, params: tuple, key) -> None:
+    if flat.size >= SPECIALIZE_MIN:
+        K.KERNELS[mode](flat, out, params, key)
+    else:
+        K.any_mode(flat, out, np.int64(mode), params, key)
+
+
 @lru_cache(maxsize=256)
 def _memo_table(fmt: Format, mode: int, params: tuple, want_code: bool) -> np.ndarray:
     """round_one on the 2 * 65536 representatives (key << 16 | sticky), see _kernels.lookup16."""
     keys = np.arange(1 << 16, dtype=np.uint32) << np.uint32(16)
     reps = np.stack([keys, keys | np.uint32(1)]).reshape(-1).view(np.float32)
     out = np.empty(reps.shape, _kernel_dtype(fmt, reps, want_code))
-    K.KERNELS[mode](reps, out, params, np.uint64(0))
+    _round_kernel(reps, out, mode, params, np.uint64(0))
     table = out.reshape(2, 1 << 16)
     table.setflags(write=False)
     return table
@@ -199,7 +212,7 @@ def _run(flat, fmt, m, params, key, want_code, dtype):
             if _memo_ok(fmt, m, flat):
                 K.lookup16(flat.view(np.uint32), _memo_table(fmt, m, params, want_code), out)
             else:
-                K.KERNELS[m](flat, out, params, key)
+                _round_kernel(flat, out, m, params, key)
     return out.astype(dtype, copy=False)
 
 

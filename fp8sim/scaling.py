@@ -91,7 +91,10 @@ from dataclasses import dataclass, field
 
 import ml_dtypes
 import numpy as np
+from llvmlite import ir as llvm_ir
 from numba import njit, prange
+from numba.core import types as nb_types
+from numba.extending import intrinsic
 
 from . import _kernels as K
 from .formats import BF16, E4M3, Format, NanStyle, UnknownNameError
@@ -450,9 +453,12 @@ def _pow2(k):
 
 @njit(inline="always")
 def _floor_log2(a):
-    """floor(log2(a)) for finite a > 0."""
-    m, e = math.frexp(a)
-    return e - 1
+    """floor(log2(a)) for finite a > 0 (from the exponent field; frexp for subnormal doubles)."""
+    biased = (np.float64(a).view(np.int64) >> 52) & 0x7FF
+    if biased == 0:
+        m, e = math.frexp(a)
+        return e - 1
+    return biased - 1023
 
 
 @njit(inline="always")
@@ -503,10 +509,11 @@ def _amax_update(a, v, ignore_nan):
 def _amax_bits32(xi, lo, hi, ignore_nan):
     """amax of float32 bit patterns xi[lo:hi]: integer max reductions (they vectorize); inf skipped,
     NaN gives NaN unless ignore_nan."""
+    xs = xi[lo:hi]  # loops over a slice from 0 vectorize; range(lo, hi) indexing does not
     fin = np.int32(0)
     top = np.int32(0)
-    for j in range(lo, hi):
-        b = xi[j] & np.int32(0x7FFFFFFF)
+    for j in range(xs.size):
+        b = np.int32(xs[j] & np.int32(0x7FFFFFFF))  # keep the lanes 32-bit (numba widens int32 ops)
         top = max(top, b)
         fin = max(fin, b if b < np.int32(0x7F800000) else np.int32(0))
     if top > np.int32(0x7F800000) and not ignore_nan:
@@ -517,10 +524,11 @@ def _amax_bits32(xi, lo, hi, ignore_nan):
 @njit(inline="always")
 def _amax_bits64(xi, lo, hi, ignore_nan):
     """As _amax_bits32 for float64 bit patterns."""
+    xs = xi[lo:hi]
     fin = np.int64(0)
     top = np.int64(0)
-    for j in range(lo, hi):
-        b = xi[j] & np.int64(0x7FFFFFFFFFFFFFFF)
+    for j in range(xs.size):
+        b = xs[j] & np.int64(0x7FFFFFFFFFFFFFFF)
         top = max(top, b)
         fin = max(fin, b if b < np.int64(0x7FF0000000000000) else np.int64(0))
     if top > np.int64(0x7FF0000000000000) and not ignore_nan:
@@ -535,11 +543,86 @@ def _amax_seg(xi, lo, hi, ignore_nan):
     return _amax_bits64(xi, lo, hi, ignore_nan)
 
 
+@intrinsic
+def _fma32(typingctx, a, b, c):
+    """float32 fused multiply-add ``a*b + c`` with one rounding (LLVM's llvm.fma; vectorizes)."""
+    sig = nb_types.float32(nb_types.float32, nb_types.float32, nb_types.float32)
+
+    def codegen(context, builder, signature, args):
+        flt = llvm_ir.FloatType()
+        fn = builder.module.declare_intrinsic("llvm.fma", [flt], llvm_ir.FunctionType(flt, [flt, flt, flt]))
+        return builder.call(fn, args)
+
+    return sig, codegen
+
+
 @njit(inline="always")
-def _round_seg(xrow, crow, lo, hi, d, mode, p, key, base, tab, use_tab):
+def _rne_code32(q, fp):
+    """The code of the float32 ``q`` rounded to nearest even into a signed format with subnormals and
+    the standard layout, in 32-bit integer and float32 lane arithmetic only (it vectorizes).
+
+    ``q`` must be exact or rounded to odd (at 24 bits, then rounding to <= 21 is the single rounding).
+    The trick: adding ``M = 2**(e + 23 - m)`` (``e`` the binade of ``q``, at least ``emin``) rounds
+    ``|q|`` to a multiple of ``2**(e - m)`` by float32 RNE, and the low bits of the sum count those
+    multiples; the binade's code offset is added with a multiply, so every shift is by a constant.
+    ``fp``: int32 constants from :func:`_fast_params`.
+    """
+    e0_bits, sh23, two_m, cap_bits, max_code, ovf_code, nan_code, sign_mask, _fma_min = fp
+    b = np.float32(q).view(np.int32)
+    a = np.int32(b & np.int32(0x7FFFFFFF))
+    sign = sign_mask if b < np.int32(0) else np.int32(0)
+    a2 = min(a, cap_bits)  # everything at or above 2**(emax + 1) overflows
+    ex = max(np.int32(a2 & np.int32(0x7F800000)), e0_bits)
+    mb = np.int32(ex + sh23)
+    y = np.float32(np.int32(a2).view(np.float32) + np.int32(mb).view(np.float32))
+    k = np.int32(np.float32(y).view(np.int32) - mb)
+    c = np.int32(np.int32(np.int32(ex - e0_bits) >> np.int32(23)) * two_m + k)
+    c = min(c, ovf_code)  # ovf_code is max_code (saturate) or max_code + 1 (the inf or NaN code)
+    c = nan_code if a > np.int32(0x7F800000) else c
+    return np.uint8(c | sign)
+
+
+def _fast_params(fmt: Format, saturate: bool):
+    """int32 constants of :func:`_rne_code32` for ``fmt``, or None where it does not apply
+    (the format needs a signed layout with -0, subnormals, IEEE/OCP/no NaN, <= 8 bits, and ranges
+    that keep every magic constant a float32 normal)."""
+    ok = (fmt.signed and fmt.subnormals and fmt.has_negative_zero and fmt.bits <= 8
+          and fmt.nan in (NanStyle.IEEE, NanStyle.OCP, NanStyle.NONE)
+          and 1 <= fmt.mbits <= 21 and fmt.emin - fmt.mbits >= -124 and fmt.emax <= 120)
+    if not ok:
+        return None
+    if saturate or fmt.nan is NanStyle.NONE:
+        ovf = fmt.max_code_mag
+    else:
+        ovf = fmt.inf_code if fmt.inf_code is not None else fmt.nan_code
+        if ovf != fmt.max_code_mag + 1:  # the overflow code must follow the largest finite one
+            return None
+    i32 = np.int32
+    # The float32 residual fma(q, d, -x) of q = RN(x/d) is exact when q's and d's binades sum to at least
+    # -103 (no underflow).  It decides the rounding only for quotients from the format's smallest
+    # midpoint 2**(emin - mbits - 1) upward (smaller ones give zero either way), so scales from
+    # 2**(-103 - (emin - mbits - 1)) up may use it; smaller scales take the float64 residual.
+    fma_min = max(-126, -103 - (fmt.emin - fmt.mbits - 1))
+    return (i32((fmt.emin + 127) << 23), i32((23 - fmt.mbits) << 23), i32(1 << fmt.mbits),
+            i32((fmt.emax + 1 + 127) << 23), i32(fmt.max_code_mag), i32(ovf),
+            i32(fmt.nan_code if fmt.nan_code is not None else -1), i32(fmt.sign_mask),
+            i32((fma_min + 127) << 23))
+
+
+_NO_FAST = (np.int32(0),) * 9
+
+
+@njit(inline="always")
+def _round_seg(xrow, crow, lo, hi, d, mode, p, key, base, tab, use_tab, fp, use_fast):
     """Codes of xrow[lo:hi] / d, each the single rounding of the exact quotient.
 
     Paths, fastest first:
+
+    * ``use_fast`` (float32 input, RNE, a format :func:`_fast_params`
+      accepts) and a float32 normal scale: for a power-of-two scale the
+      float32 product with its reciprocal is exact; otherwise the float32
+      quotient is re-rounded to odd with its exact residual (below); then
+      :func:`_rne_code32` computes the code arithmetically.
 
     * ``use_tab`` (float32 input, deterministic mode, an element format with
       <= 6 mantissa bits, ``tab`` = that rounding's memo table from
@@ -557,17 +640,47 @@ def _round_seg(xrow, crow, lo, hi, d, mode, p, key, base, tab, use_tab):
     """
     mbits, emin, emax, max_code, max_val, sign_mask, signed, has_neg_zero, subnormals, inf_code, \
         nan_code, sat, flush, sr_bits = p
+    xs = xrow[lo:hi]  # every loop runs over slices from 0: indexing with range(lo, hi) does not vectorize
+    cs = crow[lo:hi]
+    n = xs.size
     if d != d:  # NaN scale: the whole block is NaN (elements get the NaN code, or 0 without one)
         fill = nan_code if nan_code >= 0 else 0
-        for j in range(lo, hi):
-            crow[j] = fill
+        for j in range(n):
+            cs[j] = fill
         return
     d32 = np.float32(d)
+    if use_fast and np.float64(d32) == d and d32 >= np.float32(1.1754943508222875e-38) and d32 < np.inf:
+        if np.int32(np.float32(d32).view(np.int32) & np.int32(0x7FFFFF)) == np.int32(0):  # a power of two
+            inv = np.float32(1.0) / d32  # exact
+            for j in range(n):
+                cs[j] = _rne_code32(np.float32(xs[j]) * inv, fp)
+        elif np.float32(d32).view(np.int32) >= fp[8]:  # the float32 residual is exact (_fast_params)
+            for j in range(n):
+                xv = np.float32(xs[j])
+                q = xv / d32
+                r = _fma32(q, d32, -xv)  # q*d - x; NaN for inf/NaN elements
+                b = np.float32(q).view(np.int32)
+                inexact = (r != np.float32(0.0)) & (r == r)
+                toward_zero = inexact & (q != np.float32(0.0)) & ((r > np.float32(0.0)) == (q > np.float32(0.0)))
+                b = np.int32(np.int32(b - np.int32(toward_zero)) | np.int32(inexact))
+                cs[j] = _rne_code32(np.int32(b).view(np.float32), fp)
+        else:
+            d64 = np.float64(d32)
+            for j in range(n):
+                xv = np.float32(xs[j])
+                q = xv / d32
+                r = np.float64(q) * d64 - np.float64(xv)  # exact; NaN for inf/NaN elements
+                b = np.float32(q).view(np.int32)
+                inexact = (r != 0.0) & (r == r)
+                toward_zero = inexact & (q != np.float32(0.0)) & ((r > 0.0) == (q > np.float32(0.0)))
+                b = np.int32(np.int32(b - np.int32(toward_zero)) | np.int32(inexact))
+                cs[j] = _rne_code32(np.int32(b).view(np.float32), fp)
+        return
     if use_tab and np.float64(d32) == d and d32 >= np.float32(1.1754943508222875e-38) and d32 < np.inf:
         d64 = np.float64(d32)
-        buf = np.empty(hi - lo, dtype=np.uint32)
-        for j in range(lo, hi):  # vectorizes: quotient, residual, round to odd
-            xv = np.float32(xrow[j])
+        buf = np.empty(n, dtype=np.uint32)
+        for j in range(n):  # vectorizes: quotient, residual, round to odd
+            xv = np.float32(xs[j])
             q = xv / d32
             r = np.float64(q) * d64 - np.float64(xv)  # exact: q*d has <= 48 significant bits
             b = np.int64(np.float32(q).view(np.int32))
@@ -576,64 +689,94 @@ def _round_seg(xrow, crow, lo, hi, d, mode, p, key, base, tab, use_tab):
             b = (b - np.int64(toward_zero)) | np.int64(inexact)
             if not (abs(xv) < np.float32(np.inf)):  # inf / NaN elements keep their own pattern
                 b = np.int64(xv.view(np.int32))
-            buf[j - lo] = np.uint32(b & np.int64(0xFFFFFFFF))
-        for j in range(lo, hi):  # table lookups
-            u = buf[j - lo]
-            crow[j] = tab[np.int64((u & np.uint32(0xFFFF)) != np.uint32(0)), np.int64(u >> np.uint32(16))]
+            buf[j] = np.uint32(b & np.int64(0xFFFFFFFF))
+        for j in range(n):  # table lookups
+            u = buf[j]
+            cs[j] = tab[np.int64((u & np.uint32(0xFFFF)) != np.uint32(0)), np.int64(u >> np.uint32(16))]
         return
     m, ex = math.frexp(d)
     pow2 = m == 0.5
     inv = 1.0 / d
-    for j in range(lo, hi):
-        r = K.random_bits(key, base + j) if mode == K.SR else np.uint64(0)
-        xv = np.float64(xrow[j])
+    for j in range(n):
+        r = K.random_bits(key, base + lo + j) if mode == K.SR else np.uint64(0)
+        xv = np.float64(xs[j])
         q = xv * inv if pow2 else xv / d  # a power of two: multiplying by the reciprocal is exact
         v, c = K.round_one(q, r, mode, mbits, emin, emax, max_code, max_val, sign_mask, signed, has_neg_zero,
                            subnormals, inf_code, nan_code, sat, flush, sr_bits)
-        crow[j] = c
+        cs[j] = c
 
 
-def _make_kernels(mode):
-    @njit(parallel=True, cache=True)
-    def fused_rows(x2, xi2, bn, p, key, sp, glob, ignore_nan, tab, use_tab, codes2, scales2, amax2):
-        """bm == 1: per row, per tile: amax, scale and rounding in one pass (tile stays in L1)."""
-        R, N = x2.shape
-        nbn = (N + bn - 1) // bn
-        for i in prange(R):
-            xrow = x2[i]
-            xirow = xi2[i]
-            crow = codes2[i]
+# The rounding mode is a run-time argument: one compilation of each kernel serves every mode (the
+# fast paths do not depend on it; the general path branches on it per element).
+@njit(parallel=True, cache=True)
+def _fused_rows(x2, xi2, bn, mode, p, key, sp, glob, ignore_nan, tab, use_tab, fp, use_fast, codes2, scales2, amax2):
+    """bm == 1: per row, per tile: amax, scale and rounding in one pass (tile stays in L1)."""
+    R, N = x2.shape
+    nbn = (N + bn - 1) // bn
+    for i in prange(R):
+        xrow = x2[i]
+        xirow = xi2[i]
+        crow = codes2[i]
+        for jb in range(nbn):
+            lo = jb * bn
+            hi = min(lo + bn, N)
+            a = _amax_seg(xirow, lo, hi, ignore_nan)
+            s = _scale_one(a, glob, sp)
+            amax2[i, jb] = a
+            scales2[i, jb] = s
+            _round_seg(xrow, crow, lo, hi, s * glob, mode, p, key, i * N, tab, use_tab, fp, use_fast)
+
+@njit(parallel=True, cache=True)
+def _apply(x3, scales3, bm, bn, glob, mode, p, key, tab, use_tab, fp, use_fast, codes3):
+    """Round every element with its block's (given) scale; parallel over rows."""
+    B, M, N = x3.shape
+    nbn = (N + bn - 1) // bn
+    for t in prange(B * M):
+        b = t // M
+        i = t - b * M
+        ib = i // bm
+        xrow = x3[b, i]
+        crow = codes3[b, i]
+        for jb in range(nbn):
+            lo = jb * bn
+            hi = min(lo + bn, N)
+            _round_seg(xrow, crow, lo, hi, np.float64(scales3[b, ib, jb]) * glob, mode, p, key, t * N,
+                       tab, use_tab, fp, use_fast)
+
+@njit(parallel=True, cache=True)
+def _fused_blocks(x3, xi3, bm, bn, mode, p, key, sp, glob, ignore_nan, tab, use_tab, fp, use_fast, codes3, scales3,
+                 amax3):
+    """bm, bn > 1: per band of bm rows, the blocks' amaxes (row by row, streaming), their scales, then the
+    rounding (the band is read again from cache).  Parallel over bands."""
+    B, M, N = x3.shape
+    nbm = (M + bm - 1) // bm
+    nbn = (N + bn - 1) // bn
+    for t in prange(B * nbm):
+        b = t // nbm
+        ib = t - b * nbm
+        i1 = min(ib * bm + bm, M)
+        am = np.zeros(nbn, dtype=np.float64)
+        sc = np.empty(nbn, dtype=np.float64)
+        for i in range(ib * bm, i1):
+            xirow = xi3[b, i]
             for jb in range(nbn):
-                lo = jb * bn
-                hi = min(lo + bn, N)
-                a = _amax_seg(xirow, lo, hi, ignore_nan)
-                s = _scale_one(a, glob, sp)
-                amax2[i, jb] = a
-                scales2[i, jb] = s
-                _round_seg(xrow, crow, lo, hi, s * glob, mode, p, key, i * N, tab, use_tab)
-
-    @njit(parallel=True, cache=True)
-    def apply(x3, scales3, bm, bn, glob, p, key, tab, use_tab, codes3):
-        """Round every element with its block's (given) scale; parallel over rows."""
-        B, M, N = x3.shape
-        nbn = (N + bn - 1) // bn
-        for t in prange(B * M):
-            b = t // M
-            i = t - b * M
-            ib = i // bm
+                ai = _amax_seg(xirow, jb * bn, min(jb * bn + bn, N), ignore_nan)
+                a = am[jb]
+                if a == a and (ai != ai or ai > a):  # NaN propagates, as np.maximum does
+                    am[jb] = ai
+        for jb in range(nbn):
+            sc[jb] = _scale_one(am[jb], glob, sp)
+            amax3[b, ib, jb] = am[jb]
+            scales3[b, ib, jb] = sc[jb]
+        for i in range(ib * bm, i1):
             xrow = x3[b, i]
             crow = codes3[b, i]
             for jb in range(nbn):
-                lo = jb * bn
-                hi = min(lo + bn, N)
-                _round_seg(xrow, crow, lo, hi, np.float64(scales3[b, ib, jb]) * glob, mode, p, key, t * N,
-                           tab, use_tab)
-
-    return fused_rows, apply
+                _round_seg(xrow, crow, jb * bn, min(jb * bn + bn, N), sc[jb] * glob, mode, p, key,
+                           (b * M + i) * N, tab, use_tab, fp, use_fast)
 
 
 _NO_TABLE = np.zeros((2, 1), dtype=np.uint8)
-_KERNELS = {m: _make_kernels(m) for m in (K.RNE, K.RNA, K.RTZ, K.RUP, K.RDN, K.RTO, K.SR)}
 
 
 @njit(parallel=True, cache=True)
@@ -682,10 +825,14 @@ def _dequant(codes3, table, scales3, bm, bn, glob, out3):
         b = t // M
         i = t - b * M
         ib = i // bm
+        crow = codes3[b, i]
+        orow = out3[b, i]
         for jb in range(nbn):
             s = np.float64(scales3[b, ib, jb]) * glob
-            for j in range(jb * bn, min(jb * bn + bn, N)):
-                out3[b, i, j] = np.float64(table[codes3[b, i, j]]) * s
+            cs = crow[jb * bn:min(jb * bn + bn, N)]
+            os_ = orow[jb * bn:min(jb * bn + bn, N)]
+            for j in range(cs.size):
+                os_[j] = np.float64(table[cs[j]]) * s
 
 
 # =====================================================================
@@ -908,8 +1055,12 @@ def quantize(x, fmt, granularity="tensor", *, scale_format=None, scale_rounding=
     if fmt.nan is NanStyle.NONE and (ignore_nan or amax is not None) and np.isnan(xc).any():
         raise ValueError(f"format {fmt.name} has no NaN: NaN elements cannot be encoded "
                          "(with ignore_nan=False a NaN makes its whole block's scale NaN instead)")
-    fused, apply = _KERNELS[m]
-    use_tab = bool(xc.dtype == np.float32 and m != K.SR and fmt.mbits <= 6 and float32_kernel_ok(fmt))
+    mode_arg = np.int64(m)
+    fast = _fast_params(fmt, bool(saturate)) if xc.dtype == np.float32 and m == K.RNE else None
+    use_fast = fast is not None
+    fp = fast if fast is not None else _NO_FAST
+    use_tab = bool(xc.dtype == np.float32 and m != K.SR and fmt.mbits <= 6 and float32_kernel_ok(fmt)
+                   and not use_fast)
     tab = _memo_table(fmt, m, p, True) if use_tab else _NO_TABLE
     x3 = xc.reshape(B, M, N)
     codes = np.empty((B, M, N), dtype=fmt.code_dtype)
@@ -937,16 +1088,24 @@ def quantize(x, fmt, granularity="tensor", *, scale_format=None, scale_rounding=
             scales3 = s.astype(np.float32).reshape(1, 1, 1)
         else:
             scales3 = np.ones((1, 1, 1), dtype=np.float32)
-        apply(x3, scales3, bm, bn, 1.0, p, key, tab, use_tab, codes)
+        _apply(x3, scales3, bm, bn, 1.0, mode_arg, p, key, tab, use_tab, fp, use_fast, codes)
         amax3: np.ndarray = np.full((1, 1, 1), cur, dtype=np.float32)
         g.record(cur)
     elif amax is None and bm == 1 and nbn * M * B > 1 and sf not in ("bf16", "e4m3"):
         x2, c2 = x3.reshape(B * M, N), codes.reshape(B * M, N)
-        scales2 = np.empty((B * M, nbn), dtype=np.float64)
-        amax2 = np.empty((B * M, nbn), dtype=np.float64)
-        fused(x2, _bits(x2), bn, p, key, sp, glob, bool(ignore_nan), tab, use_tab, c2, scales2, amax2)
-        scales3 = scales2.astype(np.float32).reshape(B, M, nbn)
-        amax3 = amax2.astype(np.float32).reshape(B, M, nbn)
+        # float32 outputs: every scale of these policies (fp32, powers of two) and every amax of a
+        # float32 input is a float32 value; a float64 input's amax is rounded to float32 as elsewhere
+        scales2 = np.empty((B * M, nbn), dtype=np.float32)
+        amax2 = np.empty((B * M, nbn), dtype=np.float32)
+        _fused_rows(x2, _bits(x2), bn, mode_arg, p, key, sp, glob, bool(ignore_nan), tab, use_tab, fp, use_fast, c2, scales2, amax2)
+        scales3 = scales2.reshape(B, M, nbn)
+        amax3 = amax2.reshape(B, M, nbn)
+    elif (amax is None and bm > 1 and bn > 1 and B * nbm >= 4 and sf not in ("bf16", "e4m3")
+          and not isinstance(g, NVFP4)):
+        scales3 = np.empty((B, nbm, nbn), dtype=np.float32)  # float32 values, as in the row case
+        amax3 = np.empty((B, nbm, nbn), dtype=np.float32)
+        _fused_blocks(x3, _bits(x3), bm, bn, mode_arg, p, key, sp, glob, bool(ignore_nan), tab, use_tab, fp, use_fast, codes,
+                     scales3, amax3)
     else:
         if amax is None:
             amax3 = _block_amax(x3, bm, bn, bool(ignore_nan))
@@ -968,7 +1127,7 @@ def quantize(x, fmt, granularity="tensor", *, scale_format=None, scale_rounding=
         _scales_from_amax(np.ascontiguousarray(amax3, dtype=np.float64).reshape(-1), glob, sp, s)
         s = _finish_scales(s, sf, sr, None)
         scales3 = s.astype(np.float32).reshape(B, nbm, nbn)
-        apply(x3, scales3, bm, bn, glob, p, key, tab, use_tab, codes)
+        _apply(x3, scales3, bm, bn, glob, mode_arg, p, key, tab, use_tab, fp, use_fast, codes)
         amax3 = np.asarray(amax3, dtype=np.float32)
     sshape = g.scale_shape(shape)
     return QuantizedTensor(

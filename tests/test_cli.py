@@ -1,12 +1,19 @@
 """The fp8sim command line: output, --json, exit codes and error messages."""
 
+import csv
 import json
+import sys
 
 import numpy as np
 import pytest
 
 import fp8sim
 from fp8sim.cli import main
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    tomllib = pytest.importorskip("tomli")
 
 
 def run(capsys, *argv):
@@ -57,7 +64,10 @@ def test_verify_exit_codes(capsys, tmp_path):
 
 
 def test_report_quick(tmp_path, capsys):
-    code, out, _ = run(capsys, "report", "--out", str(tmp_path), "--quick", "--quiet")
+    # the quick report as README runs it, with the training comparison cut to 4 steps to spare CI time
+    (tmp_path / "cfg.toml").write_text("[training]\nsteps = 4\n")
+    code, out, _ = run(capsys, "report", "--out", str(tmp_path), "--quick", "--quiet",
+                       "--config", str(tmp_path / "cfg.toml"))
     assert code == 0
     summary = json.loads((tmp_path / "summary.json").read_text())
     html = (tmp_path / "index.html").read_text()
@@ -67,6 +77,87 @@ def test_report_quick(tmp_path, capsys):
     assert summary["sections"]["formats"]["e4m3"]["max"] == 448.0
     rn = summary["sections"]["rounding"]["e4m3/rne"]["mean_rel_error"]
     assert 0 < rn < 2.0**-4  # below the unit roundoff of E4M3
+    assert set(summary["sections"]) == {"formats", "rounding", "granularity", "accumulation", "tensorcore",
+                                        "training"}
+    assert summary["sections"]["training"]["steps"] == 4
+    assert set(summary["sections"]["training"]) == {"steps", "bf16", "deepseek-v3"}
+
+
+TINY = """
+seed = 3
+studies = ["rounding", "granularity", "accumulation", "training"]
+[rounding]
+formats = ["e5m2"]
+modes = ["rne", "rtz"]
+samples = 1000
+[granularity]
+shape = [64, 256]
+formats = ["e4m3"]
+distributions = ["gaussian", "outlier_channels"]
+granularities = ["tensor", "1x128", "mx32"]
+[accumulation]
+k_max = 256
+size = 8
+distributions = ["normal"]
+recipes = ["deepseek-v3"]
+[training]
+recipes = ["bf16", "deepseek-v3"]
+steps = 2
+"""
+
+
+def test_report_config_selects_studies_and_options(tmp_path, capsys):
+    (tmp_path / "r.toml").write_text(TINY)
+    code, out, _ = run(capsys, "report", "--out", str(tmp_path / "a"), "--config", str(tmp_path / "r.toml"),
+                       "--json")
+    assert code == 0
+    summary = json.loads(out)
+    assert summary["seed"] == 3 and summary["config"]["training"]["steps"] == 2
+    sec = summary["sections"]
+    assert list(sec) == ["rounding", "granularity", "accumulation", "training"]
+    assert set(sec["rounding"]) == {"e5m2/rne", "e5m2/rtz"}
+    assert set(sec["granularity"]) == {f"{d}/e4m3/{g}" for d in ("gaussian", "outlier_channels")
+                                       for g in ("tensor", "1x128", "mx32")}
+    # one outlier channel sets the per-tensor scale; 1x128 tiles confine it
+    assert sec["granularity"]["outlier_channels/e4m3/1x128"] > sec["granularity"]["outlier_channels/e4m3/tensor"]
+    assert sec["accumulation"]["K"] == 256
+    with open(tmp_path / "a" / "accumulation" / "accumulation_study.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert {r["distribution"] for r in rows} == {"normal"} and max(int(r["K"]) for r in rows) == 256
+    assert {r["config"] for r in rows if r["part"] == "recipe"} == {"deepseek-v3"}
+    with open(tmp_path / "a" / "training" / "losses.csv") as fh:
+        assert len(list(csv.reader(fh))) == 1 + 2  # header + 2 steps
+    # the same config as JSON gives the same numbers (same seed)
+    cfg = tomllib.loads(TINY)
+    (tmp_path / "r.json").write_text(json.dumps(cfg))
+    code, out, _ = run(capsys, "report", "--out", str(tmp_path / "b"), "--config", str(tmp_path / "r.json"),
+                       "--json")
+    again = json.loads(out)["sections"]
+    assert code == 0
+    assert again["granularity"] == sec["granularity"] and again["rounding"] == sec["rounding"]
+
+
+@pytest.mark.parametrize("text, message", [
+    ("bogus = 1", "unknown key 'bogus'; known: seed, quick, studies"),
+    ("[granularity]\ntile = 3", "[granularity] has no option 'tile'; known: shape"),
+    ("[granularity]\ngranularities = ['1x128', 'blocky']", "unknown 'blocky'; known: tensor, row"),
+    ("[rounding]\nformats = ['e9m9']", "known formats: e4m3"),
+    ("[training]\nrecipes = ['fp7']", "fp7"),
+    ("[training]\nsteps = 0", "[training] steps: expected a positive integer, got 0"),
+    ("[granularity]\nshape = [64]", "expected two positive integers"),
+    ("studies = ['formats', 'speed']", "unknown 'speed'; known: formats, rounding"),
+    ("[training\nsteps = 1", "is not valid TOML"),
+])
+def test_report_config_errors_are_usage_errors(tmp_path, capsys, text, message):
+    (tmp_path / "bad.toml").write_text(text)
+    code, _, err = run(capsys, "report", "--out", str(tmp_path / "o"), "--config", str(tmp_path / "bad.toml"))
+    assert code == 2 and message in err, err
+    assert not (tmp_path / "o").exists()  # nothing ran
+
+
+def test_report_config_missing_file(tmp_path, capsys):
+    code, _, err = run(capsys, "report", "--out", str(tmp_path / "o"), "--config", str(tmp_path / "nope.toml"))
+    assert code == 2 and "cannot read config file" in err
 
 
 def test_quantize_command(tmp_path, capsys):
@@ -84,3 +175,49 @@ def test_quantize_command(tmp_path, capsys):
     assert run(capsys, "quantize", str(tmp_path / "i.npy"))[0] == 2
     assert run(capsys, "quantize", str(tmp_path / "missing.npy"))[0] == 1
     assert run(capsys, "quantize", str(tmp_path / "x.npy"), "--granularity", "7q")[0] == 2
+
+
+def _run_cli(args, stderr_tty: bool, tmp_path):
+    """Run the installed command line in a subprocess; stderr is a pseudo-terminal or a pipe."""
+    import os
+    import pty
+    import subprocess
+    from pathlib import Path
+
+    cmd = [sys.executable, "-m", "fp8sim.cli", *args]
+    root = str(Path(fp8sim.__file__).resolve().parent.parent)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+    if not stderr_tty:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
+        return p.returncode, p.stderr
+    master, slave = pty.openpty()
+    import fcntl
+    import struct
+    import termios
+
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 160, 0, 0))  # a 160-column terminal
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=slave, cwd=tmp_path, env=env)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 4096)
+        except OSError:  # EIO once the child has closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    return p.wait(timeout=300), b"".join(chunks).decode(errors="replace")
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="needs a pseudo-terminal")
+def test_progress_bar_only_on_a_terminal_and_not_with_quiet(tmp_path):
+    (tmp_path / "c.json").write_text('{"studies": ["formats"]}')
+    args = ["report", "--out", "r", "--config", "c.json"]
+    code, err = _run_cli(args, stderr_tty=True, tmp_path=tmp_path)
+    assert code == 0 and "fp8sim report" in err and "1/1" in err, err  # the tqdm bar reached 1 of 1 study
+    code, err = _run_cli(args, stderr_tty=False, tmp_path=tmp_path)
+    assert code == 0 and err == ""
+    code, err = _run_cli([*args, "--quiet"], stderr_tty=True, tmp_path=tmp_path)
+    assert code == 0 and err == ""

@@ -377,3 +377,69 @@ def test_bad_input():
         quantize(x, "bf16", "row")
     with pytest.raises(TypeError):
         fp8sim.dequantize(x)
+
+
+# ---------------------------------------------------------------------------------------------
+# The float32 arithmetic path (RNE into FP8/FP6/FP4 codes in 32-bit lanes, fused with the amax) must
+# give the codes of the general path, which float64 input takes: it rounds each exact quotient once
+# with the bit-level kernel that the exhaustive 2**32 check validates.
+def _float32_sweep(stride=4099, no_nan=False):
+    x = np.arange(0, 1 << 32, stride, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    return x[~np.isnan(x)] if no_nan else x
+
+
+@pytest.mark.parametrize("fmt", ["e4m3", "e5m2", "e2m1", "e3m2", "e2m3", "e3m4"])
+def test_float32_fast_path_equals_general_path_on_a_bit_pattern_sweep(fmt):
+    f = fp8sim.format(fmt)
+    x = _float32_sweep(no_nan=f.nan_code is None)  # ~1M patterns: every binade, inf, NaN, subnormals, -0
+    # amax picks the scale: 1 (exact), a non-power-of-two fp32 scale, tiny and huge scales where quotients
+    # underflow or overflow float32
+    for amax in (f.max, 3.0 * f.max, 5.0, 1e-30, 1e30, 3e-36):
+        for sf in ("fp32", "pow2"):
+            for sat in (True, False):
+                a = quantize(x, fmt, "g4096", scale_format=sf, amax=amax, saturate=sat)
+                b = quantize(x.astype(np.float64), fmt, "g4096", scale_format=sf, amax=amax, saturate=sat)
+                assert np.array_equal(a.scales, b.scales)
+                assert np.array_equal(a.codes, b.codes), (fmt, amax, sf, sat, int((a.codes != b.codes).sum()))
+
+
+@pytest.mark.parametrize("g, sf", [("1x128", "fp32"), ("128x128", "fp32"), ("4x8", "fp32"), ("mx32", None),
+                                   ("1x32", "pow2"), ("64x16", "bf16"), ("row", "fp32"), ("tensor", "fp32")])
+def test_float32_fused_kernels_equal_general_path(g, sf):
+    rng = np.random.default_rng(7)
+    for shape in ((300, 700), (257, 129), (3, 5, 260)):  # ragged edges, batch dims, >= 4 block rows
+        x = (rng.standard_normal(shape) * np.exp(rng.normal(0.0, 4.0, shape))).astype(np.float32)
+        x.flat[::53] = 0.0
+        x.flat[::59] = -0.0
+        x.flat[::61] = np.inf
+        x.flat[::67] = -np.inf
+        for fmt in ("e4m3", "e5m2"):
+            for sat in (True, False):
+                a = quantize(x, fmt, g, scale_format=sf, saturate=sat)
+                b = quantize(x.astype(np.float64), fmt, g, scale_format=sf, saturate=sat)
+                assert np.array_equal(a.scales, b.scales) and np.array_equal(a.amax, b.amax)
+                assert np.array_equal(a.codes, b.codes), (g, fmt, sat)
+
+
+def test_fused_block_kernel_confines_nan_and_matches_two_pass_amax():
+    x = np.random.default_rng(3).standard_normal((512, 384)).astype(np.float32)
+    x[130, 200] = np.nan  # block (1, 1) of 128x128
+    q = quantize(x, "e4m3", "128x128")
+    assert np.isnan(q.scales[1, 1]) and np.isfinite(np.delete(q.scales.ravel(), 1 * 3 + 1)).all()
+    blocks = np.abs(x).reshape(4, 128, 3, 128).max(axis=(1, 3))
+    assert np.array_equal(q.amax, blocks.astype(np.float32), equal_nan=True)
+    qi = quantize(x, "e4m3", "128x128", ignore_nan=True)
+    assert np.isfinite(qi.scales).all() and qi.amax[1, 1] == np.nanmax(np.abs(x[128:256, 128:256]))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", ["e4m3", "e5m2"])
+def test_float32_fast_path_exhaustive(fmt):
+    """All 2**32 float32 patterns, with a power-of-two and a non-power-of-two scale (run with -m slow)."""
+    chunk = 1 << 26
+    for amax in (fp8sim.format(fmt).max, 3.0 * fp8sim.format(fmt).max):
+        for lo in range(0, 1 << 32, chunk):
+            x = np.arange(lo, lo + chunk, dtype=np.uint64).astype(np.uint32).view(np.float32)
+            a = quantize(x, fmt, "g4096", amax=amax)
+            b = quantize(x.astype(np.float64), fmt, "g4096", amax=amax)
+            assert np.array_equal(a.codes, b.codes), (fmt, amax, lo)

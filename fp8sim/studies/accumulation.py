@@ -80,25 +80,44 @@ def accumulate(a_codes, b_codes, model: str, promote):
                          scale_at="epilogue")
 
 
-def run(out_dir, *, quick: bool = False, progress: bool = True, seed: int = 0) -> dict:
-    """Run the study; write CSV and figures to ``out_dir``; return a summary dict."""
+def run(out_dir, *, quick: bool = False, progress: bool = True, seed: int = 0, k_max=None, size=None,
+        distributions=None, recipes=None) -> dict:
+    """Run the study; write CSV and figures to ``out_dir``; return a summary dict.
+
+    ``k_max`` (K = 128, 256, ... up to it; default 16384, 4096 with ``quick``),
+    ``size`` (M = N of the wgmma runs; default 128, 32 with ``quick``),
+    ``distributions`` and ``recipes`` restrict or resize the study.
+    """
     from tqdm.auto import tqdm
 
     import fp8sim
 
+    dists = tuple(distributions) if distributions is not None else DISTRIBUTIONS
+    recs = tuple(recipes) if recipes is not None else RECIPES
+    bad = [d for d in dists if d not in DISTRIBUTIONS]
+    if bad or not dists:
+        raise ValueError(f"unknown or no distributions {bad or dists!r}; known: {', '.join(DISTRIBUTIONS)}")
+    for r in recs:
+        fp8sim.recipe(r)  # raises on an unknown name, listing the known ones
+    k_max = int(k_max) if k_max is not None else (4096 if quick else 16384)
+    if k_max < 128:
+        raise ValueError(f"k_max must be at least 128, got {k_max}")
+    size = int(size) if size is not None else (32 if quick else 128)
+    if size < 1:
+        raise ValueError(f"size must be positive, got {size}")
     t0 = time.time()
     os.makedirs(out_dir, exist_ok=True)
-    Ks = [128 * 2**i for i in range(6 if quick else 8)]  # 128 .. 4096 (quick) / 16384
-    M = N = 32 if quick else 128
-    M_slow = 16 if quick else 32  # the general (non-wgmma) models run on the slow reference path
-    K_sweep = 2048 if quick else 4096
+    Ks = [128 * 2**i for i in range(int(np.log2(k_max // 128)) + 1)]  # 128 .. k_max
+    M = N = size
+    M_slow = max(1, size // 4)  # the general (non-wgmma) models run on the slow reference path
+    K_sweep = min(2048 if quick else 4096, Ks[-1])
     Ps = [32 * 2**i for i in range(int(np.log2(K_sweep // 32)) + 1)]
     rng = np.random.default_rng(seed)
     rows = []
-    n_steps = len(DISTRIBUTIONS) * (len(Ks) * (len(MODELS) * 2 + len(RECIPES)) + len(Ps))
+    n_steps = len(dists) * (len(Ks) * (len(MODELS) * 2 + len(recs)) + len(Ps))
     bar = tqdm(total=n_steps, desc="accumulation study", disable=not progress, leave=False)
     data = {}
-    for dist in DISTRIBUTIONS:
+    for dist in dists:
         xs, ws = make_inputs(dist, M, max(Ks), N, rng)
         data[dist] = (xs, ws)
         for K in Ks:
@@ -115,7 +134,7 @@ def run(out_dir, *, quick: bool = False, progress: bool = True, seed: int = 0) -
                                  "promote_every": promote or 0, **e})
                     bar.update()
             ref64 = x.astype(np.float64) @ w.astype(np.float64)
-            for name in RECIPES:
+            for name in recs:
                 y = fp8sim.gemm(x, w, name)
                 rows.append({"part": "recipe", "distribution": dist, "config": name, "K": K,
                              "promote_every": fp8sim.recipe(name).promote_every or 0, **errors(ref64, y)})
@@ -160,9 +179,16 @@ def _figures(rows, out_dir) -> list[str]:
     import matplotlib.pyplot as plt
 
     paths = []
+    dists = list(dict.fromkeys(r["distribution"] for r in rows))
+    recs = list(dict.fromkeys(r["config"] for r in rows if r["part"] == "recipe"))
+
+    def panels():
+        fig, axes = plt.subplots(1, len(dists), figsize=(5 * len(dists), 4.2), sharey=True, squeeze=False)
+        return fig, axes[0]
+
     for metric, label in (("median_rel", "median"), ("max_rel", "max")):
-        fig, axes = plt.subplots(1, len(DISTRIBUTIONS), figsize=(15, 4.2), sharey=True)
-        for ax, dist in zip(axes, DISTRIBUTIONS):
+        fig, axes = panels()
+        for ax, dist in zip(axes, dists):
             for model in MODELS:
                 for promote, ls in ((0, "-"), (128, "--")):
                     pts = sorted((r["K"], r[metric]) for r in rows if r["part"] == "accumulator"
@@ -186,25 +212,26 @@ def _figures(rows, out_dir) -> list[str]:
         fig.savefig(p, dpi=110)
         plt.close(fig)
         paths.append(p)
-    fig, axes = plt.subplots(1, len(DISTRIBUTIONS), figsize=(15, 4.2), sharey=True)
-    for ax, dist in zip(axes, DISTRIBUTIONS):
-        for name in RECIPES:
-            pts = sorted((r["K"], r["rel_frobenius"]) for r in rows if r["part"] == "recipe"
-                         and r["distribution"] == dist and r["config"] == name)
-            ax.loglog(*zip(*pts), marker="o", ms=3, label=name)
-        ax.set_title(f"recipes, {dist} inputs")
-        ax.set_xlabel("K")
-        ax.set_xscale("log", base=2)
-        ax.grid(True, which="both", alpha=0.3)
-    axes[0].set_ylabel("relative Frobenius error vs fp64 GEMM")
-    axes[-1].legend(fontsize=7)
-    fig.tight_layout()
-    p = os.path.join(out_dir, "recipes_vs_K.png")
-    fig.savefig(p, dpi=110)
-    plt.close(fig)
-    paths.append(p)
+    if recs:
+        fig, axes = panels()
+        for ax, dist in zip(axes, dists):
+            for name in recs:
+                pts = sorted((r["K"], r["rel_frobenius"]) for r in rows if r["part"] == "recipe"
+                             and r["distribution"] == dist and r["config"] == name)
+                ax.loglog(*zip(*pts), marker="o", ms=3, label=name)
+            ax.set_title(f"recipes, {dist} inputs")
+            ax.set_xlabel("K")
+            ax.set_xscale("log", base=2)
+            ax.grid(True, which="both", alpha=0.3)
+        axes[0].set_ylabel("relative Frobenius error vs fp64 GEMM")
+        axes[-1].legend(fontsize=7)
+        fig.tight_layout()
+        p = os.path.join(out_dir, "recipes_vs_K.png")
+        fig.savefig(p, dpi=110)
+        plt.close(fig)
+        paths.append(p)
     fig, ax = plt.subplots(figsize=(6, 4.2))
-    for dist in DISTRIBUTIONS:
+    for dist in dists:
         for metric, ls in (("median_rel", "-"), ("max_rel", "--")):
             pts = sorted((r["promote_every"], r[metric]) for r in rows if r["part"] == "promotion"
                          and r["distribution"] == dist)

@@ -63,8 +63,8 @@ def make_tensor(kind: str, shape, rng: np.random.Generator) -> np.ndarray:
     return x.astype(np.float32)
 
 
-def _configs():
-    for g in GRANULARITIES:
+def _configs(granularities=GRANULARITIES):
+    for g in granularities:
         if g == "mx32":
             yield from ((g, sf, sr) for sf, sr in MX_POLICIES)
         elif g == "nvfp4":
@@ -73,10 +73,25 @@ def _configs():
             yield from ((g, sf, sr) for sf, sr in POLICIES)
 
 
-def run(out_dir, *, quick: bool = False, progress: bool = True, seed: int = 0) -> dict:
+def _choose(what: str, given, known) -> tuple:
+    if given is None:
+        return tuple(known)
+    given = tuple(given)
+    bad = [v for v in given if v not in known]
+    if bad or not given:
+        raise ValueError(f"unknown or no {what}: {bad or given!r}; known: {', '.join(known)}")
+    return given
+
+
+def run(out_dir, *, quick: bool = False, progress: bool = True, seed: int = 0, shape=None, formats=None,
+        distributions=None, granularities=None) -> dict:
     """Run the study; write the CSV and PNG figures into ``out_dir``.
 
     ``quick=True`` uses 128x1024 tensors (seconds); the default 512x4096.
+    ``shape``, ``formats``, ``distributions`` and ``granularities`` restrict
+    or resize the study (default: all of :data:`FORMATS`,
+    :data:`DISTRIBUTIONS` and :data:`GRANULARITIES`); unknown names raise
+    ``ValueError``.
     Returns ``{"csv": path, "figures": [paths], "rows": [dict, ...],
     "key": {(distribution, format, granularity): sqnr_db}, "seconds": float}``
     where ``key`` holds the default-policy (fp32 scales; E8M0 FLOOR for MX)
@@ -91,23 +106,30 @@ def run(out_dir, *, quick: bool = False, progress: bool = True, seed: int = 0) -
     from .. import metrics
     from ..scaling import DelayedScaling, quantize
 
+    fmts = _choose("formats", formats, FORMATS)
+    dists = _choose("distributions", distributions, DISTRIBUTIONS)
+    grans = _choose("granularities", granularities, GRANULARITIES)
+    if shape is None:
+        shape = (128, 1024) if quick else (512, 4096)
+    shape = tuple(int(v) for v in shape)
+    if len(shape) != 2 or min(shape) < 1:
+        raise ValueError(f"shape must be two positive sizes (rows, cols), got {shape!r}")
     t0 = time.perf_counter()
     os.makedirs(out_dir, exist_ok=True)
-    shape = (128, 1024) if quick else (512, 4096)
     rng = np.random.default_rng(seed)
-    tensors = {d: make_tensor(d, shape, rng) for d in DISTRIBUTIONS}
+    tensors = {d: make_tensor(d, shape, rng) for d in dists}
     # delayed scaling: the history holds the amaxes of 4 earlier tensors of the same kind
     hist_len = 4
     history = {d: [float(np.max(np.abs(make_tensor(d, shape, rng)))) for _ in range(hist_len)]
-               for d in DISTRIBUTIONS}
-    configs = list(_configs())
+               for d in dists}
+    configs = list(_configs(grans))
     rows, keep_q = [], {}
-    bar = tqdm(total=len(DISTRIBUTIONS) * len(FORMATS) * len(configs), desc="granularity study",
+    bar = tqdm(total=len(dists) * len(fmts) * len(configs), desc="granularity study",
                disable=not progress, leave=False)
-    for dist in DISTRIBUTIONS:
+    for dist in dists:
         x = tensors[dist]
         x64 = x.astype(np.float64)
-        for fmt in FORMATS:
+        for fmt in fmts:
             for g, sf, sr in configs:
                 gran = DelayedScaling(hist_len, amax_history=history[dist]) if g == "delayed" else g
                 q = quantize(x, fmt, gran, scale_format=sf, scale_rounding=sr)
@@ -141,14 +163,15 @@ def run(out_dir, *, quick: bool = False, progress: bool = True, seed: int = 0) -
     figures = []
 
     # 1. SQNR per granularity and distribution (default policy), one panel per format
-    fig, axes = plt.subplots(1, len(FORMATS), figsize=(14, 4.5), sharey=True)
-    width = 0.8 / len(DISTRIBUTIONS)
-    xs = np.arange(len(GRANULARITIES))
-    for ax, fmt in zip(axes, FORMATS):
-        for k, dist in enumerate(DISTRIBUTIONS):
-            vals = [key[(dist, fmt, g)] for g in GRANULARITIES]
-            ax.bar(xs + (k - len(DISTRIBUTIONS) / 2 + 0.5) * width, vals, width, label=dist)
-        ax.set_xticks(xs, GRANULARITIES, rotation=30)
+    fig, axes = plt.subplots(1, len(fmts), figsize=(7 * len(fmts), 4.5), sharey=True, squeeze=False)
+    axes = axes[0]
+    width = 0.8 / len(dists)
+    xs = np.arange(len(grans))
+    for ax, fmt in zip(axes, fmts):
+        for k, dist in enumerate(dists):
+            vals = [key[(dist, fmt, g)] for g in grans]
+            ax.bar(xs + (k - len(dists) / 2 + 0.5) * width, vals, width, label=dist)
+        ax.set_xticks(xs, grans, rotation=30)
         ax.set_title(f"{fmt}: SQNR (fp32 scales; MX E8M0 floor)")
         ax.grid(axis="y", alpha=0.3)
     axes[0].set_ylabel("SQNR [dB]")
@@ -158,64 +181,75 @@ def run(out_dir, *, quick: bool = False, progress: bool = True, seed: int = 0) -
     fig.savefig(figures[-1], dpi=110)
     plt.close(fig)
 
+    if "outlier_channels" not in dists:  # figures 2-4 show the outlier-channel tensor
+        return {"csv": csv_path, "figures": figures, "rows": rows, "key": key,
+                "seconds": time.perf_counter() - t0, "shape": shape}
+
+    def panels(n, size):
+        fig, axes = plt.subplots(1, n, figsize=(size[0] * n, size[1]), squeeze=False)
+        return fig, axes[0]
+
+    def save(fig, name):
+        fig.tight_layout()
+        figures.append(os.path.join(out_dir, name))
+        fig.savefig(figures[-1], dpi=110)
+        plt.close(fig)
+
     # 2. policy x granularity heat map of SQNR for outlier activations
     pols = [f"{sf}/{sr}" if sr else sf for sf, sr in POLICIES]
-    gs = [g for g in GRANULARITIES if g not in ("mx32", "nvfp4")]
-    fig, axes = plt.subplots(1, len(FORMATS), figsize=(14, 4.5))
-    for ax, fmt in zip(axes, FORMATS):
-        H = np.full((len(gs), len(pols)), np.nan)
-        for r in rows:
-            if r["distribution"] == "outlier_channels" and r["format"] == fmt and r["granularity"] in gs:
-                p = f"{r['scale_format']}/{r['scale_rounding']}" if r["scale_rounding"] else r["scale_format"]
-                if p in pols:
-                    H[gs.index(r["granularity"]), pols.index(p)] = r["sqnr_db"]
-        im = ax.imshow(H, cmap="viridis", aspect="auto")
-        ax.set_xticks(range(len(pols)), pols, rotation=30)
-        ax.set_yticks(range(len(gs)), gs)
-        for i in range(len(gs)):
-            for j in range(len(pols)):
-                ax.text(j, i, f"{H[i, j]:.1f}", ha="center", va="center", color="w", fontsize=7)
-        ax.set_title(f"{fmt}, outlier channels: SQNR [dB] by scale policy")
-        fig.colorbar(im, ax=ax)
-    fig.tight_layout()
-    figures.append(os.path.join(out_dir, "sqnr_policy_heatmap.png"))
-    fig.savefig(figures[-1], dpi=110)
-    plt.close(fig)
+    gs = [g for g in grans if g not in ("mx32", "nvfp4")]
+    if gs:
+        fig, axes = panels(len(fmts), (7, 4.5))
+        for ax, fmt in zip(axes, fmts):
+            H = np.full((len(gs), len(pols)), np.nan)
+            for r in rows:
+                if r["distribution"] == "outlier_channels" and r["format"] == fmt and r["granularity"] in gs:
+                    p = f"{r['scale_format']}/{r['scale_rounding']}" if r["scale_rounding"] else r["scale_format"]
+                    if p in pols:
+                        H[gs.index(r["granularity"]), pols.index(p)] = r["sqnr_db"]
+            im = ax.imshow(H, cmap="viridis", aspect="auto")
+            ax.set_xticks(range(len(pols)), pols, rotation=30)
+            ax.set_yticks(range(len(gs)), gs)
+            for i in range(len(gs)):
+                for j in range(len(pols)):
+                    ax.text(j, i, f"{H[i, j]:.1f}", ha="center", va="center", color="w", fontsize=7)
+            ax.set_title(f"{fmt}, outlier channels: SQNR [dB] by scale policy")
+            fig.colorbar(im, ax=ax)
+        save(fig, "sqnr_policy_heatmap.png")
 
     # 3. error histograms (outlier channels): log10 relative error per element
-    x = tensors["outlier_channels"].astype(np.float64)
-    fig, axes = plt.subplots(1, len(FORMATS), figsize=(14, 4), sharey=True)
-    bins = np.linspace(-8, 1, 73)
-    for ax, fmt in zip(axes, FORMATS):
-        for g in ("tensor", "row", "1x128", "128x128", "mx32"):
-            d = keep_q[(fmt, g)][1]
-            nz = x != 0
-            rel = np.abs(d[nz] - x[nz]) / np.abs(x[nz])
-            lr = np.log10(np.maximum(rel, 1e-8))
-            ax.hist(lr, bins=bins, histtype="step", label=g, density=True)
-        ax.set_xlabel("log10 |relative error| (1e-8 = exact)")
-        ax.set_title(f"{fmt}, outlier channels")
-        ax.legend(fontsize=8)
-    axes[0].set_ylabel("density")
-    fig.tight_layout()
-    figures.append(os.path.join(out_dir, "error_histograms.png"))
-    fig.savefig(figures[-1], dpi=110)
-    plt.close(fig)
+    hist_g = [g for g in ("tensor", "row", "1x128", "128x128", "mx32") if g in grans]
+    if hist_g:
+        x = tensors["outlier_channels"].astype(np.float64)
+        fig, axes = panels(len(fmts), (7, 4))
+        bins = np.linspace(-8, 1, 73)
+        for ax, fmt in zip(axes, fmts):
+            for g in hist_g:
+                d = keep_q[(fmt, g)][1]
+                nz = x != 0
+                rel = np.abs(d[nz] - x[nz]) / np.abs(x[nz])
+                lr = np.log10(np.maximum(rel, 1e-8))
+                ax.hist(lr, bins=bins, histtype="step", label=g, density=True)
+            ax.set_xlabel("log10 |relative error| (1e-8 = exact)")
+            ax.set_title(f"{fmt}, outlier channels")
+            ax.legend(fontsize=8)
+        axes[0].set_ylabel("density")
+        save(fig, "error_histograms.png")
 
     # 4. heat map of per-block scales for the outlier tensor
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
-    for ax, g in zip(axes, ("1x128", "128x128", "mx32")):
-        q = keep_q[("e4m3", g)][0]
-        im = ax.imshow(np.log2(q.scales.astype(np.float64)), aspect="auto", cmap="magma", interpolation="nearest")
-        ax.set_title(f"e4m3 {g}: log2(scale), scales {q.scales.shape}")
-        ax.set_xlabel("block column (K)")
-        ax.set_ylabel("block row (tokens)")
-        fig.colorbar(im, ax=ax)
-    fig.suptitle("Per-block scales of an activation tensor with outlier channels")
-    fig.tight_layout()
-    figures.append(os.path.join(out_dir, "scale_heatmap.png"))
-    fig.savefig(figures[-1], dpi=110)
-    plt.close(fig)
+    map_g = [g for g in ("1x128", "128x128", "mx32") if g in grans]
+    if map_g:
+        fig, axes = panels(len(map_g), (5, 4.5))
+        for ax, g in zip(axes, map_g):
+            q = keep_q[(fmts[0], g)][0]
+            im = ax.imshow(np.log2(q.scales.astype(np.float64)), aspect="auto", cmap="magma",
+                           interpolation="nearest")
+            ax.set_title(f"{fmts[0]} {g}: log2(scale), scales {q.scales.shape}")
+            ax.set_xlabel("block column (K)")
+            ax.set_ylabel("block row (tokens)")
+            fig.colorbar(im, ax=ax)
+        fig.suptitle("Per-block scales of an activation tensor with outlier channels")
+        save(fig, "scale_heatmap.png")
 
     return {"csv": csv_path, "figures": figures, "rows": rows, "key": key,
             "seconds": time.perf_counter() - t0, "shape": shape}

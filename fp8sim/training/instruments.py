@@ -39,6 +39,9 @@ STATS = ("amax", "rms", "frac_saturated", "frac_underflow")
 
 @dataclass
 class Event:
+    """Something an instrument did at a step: ``kind`` is ``"drift"``, ``"clip"``,
+    ``"nonfinite"``, ``"restart"`` or ``"gave_up"``, with a message and its numbers (``data``)."""
+
     step: int
     kind: str  # "drift", "clip", "nonfinite", "restart", "gave_up"
     message: str

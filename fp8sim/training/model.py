@@ -337,6 +337,10 @@ def cross_entropy(logits: np.ndarray, targets: np.ndarray) -> tuple[float, np.nd
 # ------------------------------------------------------------------ the model
 @dataclass(frozen=True)
 class ModelConfig:
+    """Shape of the transformer: vocabulary (set from the corpus by :func:`train_one`), width,
+    layers, attention heads, MLP width, context length, ``norm`` (``"rmsnorm"`` or
+    ``"layernorm"``) and the standard deviation of the initial weights."""
+
     vocab: int = 160
     d_model: int = 128
     n_layers: int = 2

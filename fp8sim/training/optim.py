@@ -18,6 +18,9 @@ __all__ = ["AdamW", "lr_schedule"]
 
 
 class AdamW:
+    """AdamW over a list of parameters, with the moments stored in ``moment_format``
+    (``"bf16"``, ``"fp32"`` or None for the parameters' dtype); see the module docstring."""
+
     def __init__(self, params, lr: float = 2e-3, betas=(0.9, 0.95), eps: float = 1e-8, weight_decay: float = 0.1,
                  moment_format: str | None = "bf16"):
         if moment_format not in (None, "bf16", "fp32"):

@@ -37,6 +37,18 @@ DEEPSEEK_V3_REL_LOSS_ERROR = 0.0025
 
 @dataclass(frozen=True)
 class TrainConfig:
+    """Settings of a training run (the defaults are those of ``fp8sim train``).
+
+    The model (``model``), sequences per batch (``batch``), AdamW (peak ``lr``, ``betas``,
+    ``weight_decay``) with ``warmup`` steps and cosine decay to ``final_lr_fraction`` of the
+    peak, the synthetic corpus (``corpus_tokens``, ``corpus_seed``), elastic restart
+    (``checkpoint_interval``, ``checkpoint_dir``; after ``patience`` non-finite steps in a row,
+    roll back and multiply the learning rate by ``lr_cut``), validation batches
+    (``eval_batches``), the parts of the model that use the recipe (``fp8_parts``), the BLAS and
+    numba thread limit (``threads``) and keyword arguments of the drift monitor (``monitor``)
+    and of the gradient clipper (``clipper``).
+    """
+
     model: ModelConfig = field(default_factory=ModelConfig)
     batch: int = 8
     lr: float = 2e-3
@@ -95,6 +107,12 @@ class Fault:
 
 @dataclass
 class RunResult:
+    """The record of one recipe's run (:func:`train_one`): per-step losses, gradient norms and
+    learning rates, the validation loss, wall time, iterations (steps replayed after a restart
+    included), saturation/underflow counts, the instruments' events, per-tensor statistics
+    (``series``), non-finite steps, restarts, the fidelity, and the final parameters when asked
+    for (``keep_params``)."""
+
     recipe: str
     losses: np.ndarray
     grad_norms: np.ndarray
