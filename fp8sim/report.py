@@ -50,15 +50,14 @@ class ConfigError(ValueError):
 
 def _known(kind: str):
     """The allowed values of a list-of-names option, or None where any name its registry knows is allowed."""
+    from .studies import accumulation, granularity
+
     if kind == "distributions/granularity":
-        from .studies.granularity import DISTRIBUTIONS
-        return DISTRIBUTIONS
+        return granularity.DISTRIBUTIONS
     if kind == "distributions/accumulation":
-        from .studies.accumulation import DISTRIBUTIONS
-        return DISTRIBUTIONS
+        return accumulation.DISTRIBUTIONS
     if kind == "granularities":
-        from .studies.granularity import GRANULARITIES
-        return GRANULARITIES
+        return granularity.GRANULARITIES
     if kind == "modes":
         return tuple(MODES)
     if kind == "studies":

@@ -594,9 +594,10 @@ def _fast_params(fmt: Format, saturate: bool):
     if saturate or fmt.nan is NanStyle.NONE:
         ovf = fmt.max_code_mag
     else:
-        ovf = fmt.inf_code if fmt.inf_code is not None else fmt.nan_code
-        if ovf != fmt.max_code_mag + 1:  # the overflow code must follow the largest finite one
+        special = fmt.inf_code if fmt.inf_code is not None else fmt.nan_code
+        if special is None or special != fmt.max_code_mag + 1:  # the overflow code must follow the largest
             return None
+        ovf = special
     i32 = np.int32
     # The float32 residual fma(q, d, -x) of q = RN(x/d) is exact when q's and d's binades sum to at least
     # -103 (no underflow).  It decides the rounding only for quotients from the format's smallest
