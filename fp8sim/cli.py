@@ -42,6 +42,7 @@ def command(name: str, help: str, epilog: str = ""):  # noqa: A002
 
 
 def emit_json(obj) -> None:
+    """Print ``obj`` as indented JSON (numpy scalars and arrays converted)."""
     print(json.dumps(obj, indent=2, default=json_default))
 
 
@@ -90,6 +91,7 @@ TABLE_COLUMNS = ["name", "bits", "ebits", "mbits", "bias", "inf", "nan", "max", 
 
 
 def format_table(rows: list[dict], columns: list[str] = TABLE_COLUMNS) -> str:
+    """A plain-text table of format properties, one row per format."""
     cells = [[_fmt_value(r[c]) for c in columns] for r in rows]
     widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
     line = "  ".join(c.rjust(w) for c, w in zip(columns, widths))
@@ -435,6 +437,7 @@ def _train_args(p):
 
 # ----------------------------------------------------------------- main
 def build_parser() -> argparse.ArgumentParser:
+    """The ``fp8sim`` argument parser with every registered subcommand."""
     parser = argparse.ArgumentParser(
         prog="fp8sim",
         description="Bit-exact simulation of FP8 arithmetic.",
@@ -458,6 +461,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the command line on ``argv`` (default ``sys.argv[1:]``); return the exit code (0, 1 or 2)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if not args.command:

@@ -178,6 +178,7 @@ def load_config(path) -> dict:
 
 
 def write_csv(path, rows: list[dict]) -> str:
+    """Write ``rows`` (dicts with the same keys) as a CSV file with a header; return the path."""
     path = str(path)
     with open(path, "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=list(rows[0]))
@@ -187,6 +188,7 @@ def write_csv(path, rows: list[dict]) -> str:
 
 
 def html_table(rows: list[dict], columns: list[str] | None = None) -> str:
+    """An HTML table of ``rows`` (floats to 4 significant digits, text escaped)."""
     columns = columns or list(rows[0])
 
     def cell(v):
@@ -201,6 +203,7 @@ def html_table(rows: list[dict], columns: list[str] | None = None) -> str:
 
 # ---------------------------------------------------------------- studies
 def study_formats(out: Path, quick: bool, progress: bool, opts: dict) -> dict:
+    """The format catalogue as a table (``formats.csv``)."""
     from .cli import TABLE_COLUMNS
 
     rows = [f.summary() for f in formats.CATALOGUE.values()]
@@ -241,6 +244,7 @@ def mode_errors(names=ROUNDING_FORMATS, n: int = 200_000, seed: int = 0, modes=M
 
 
 def study_rounding(out: Path, quick: bool, progress: bool, opts: dict) -> dict:
+    """Rounding error per binade and per mode (options: formats, modes, samples)."""
     fig1 = plotting.rounding_error_figure(out / "rounding_error.png")
     rows = mode_errors(names=opts.get("formats", ROUNDING_FORMATS), modes=opts.get("modes", MODES),
                        n=opts.get("samples", 50_000 if quick else 400_000), seed=opts["seed"])
@@ -269,6 +273,7 @@ def study_rounding(out: Path, quick: bool, progress: bool, opts: dict) -> dict:
 
 
 def study_granularity(out: Path, quick: bool, progress: bool, opts: dict) -> dict:
+    """The granularity study (options: shape, formats, distributions, granularities)."""
     from .studies import granularity
 
     res = granularity.run(out / "granularity", quick=quick, progress=progress, **opts)
@@ -331,6 +336,7 @@ def study_tensorcore(out: Path, quick: bool, progress: bool, opts: dict) -> dict
 
 
 def study_accumulation(out: Path, quick: bool, progress: bool, opts: dict) -> dict:
+    """The accumulation study (options: k_max, size, distributions, recipes)."""
     from .studies import accumulation
 
     res = accumulation.run(out / "accumulation", quick=quick, progress=progress, **opts)
@@ -407,6 +413,7 @@ def _embed(path) -> str:
 
 
 def environment() -> dict:
+    """Versions of fp8sim and its numerical dependencies, the platform and the CPU count."""
     import ml_dtypes
     import numba
 

@@ -695,11 +695,20 @@ def _round_seg(xrow, crow, lo, hi, d, mode, p, key, base, tab, use_tab, fp, use_
             u = buf[j]
             cs[j] = tab[np.int64((u & np.uint32(0xFFFF)) != np.uint32(0)), np.int64(u >> np.uint32(16))]
         return
+    _round_seg_general(xs, cs, d, mode, p, key, base + lo)
+
+
+@njit(cache=True)  # not inlined: the kernels share one compilation of the general path
+def _round_seg_general(xs, cs, d, mode, p, key, base):
+    """The general path of :func:`_round_seg`: the float64 quotient, rounded by the bit-level kernel."""
+    mbits, emin, emax, max_code, max_val, sign_mask, signed, has_neg_zero, subnormals, inf_code, \
+        nan_code, sat, flush, sr_bits = p
+    n = xs.size
     m, ex = math.frexp(d)
     pow2 = m == 0.5
     inv = 1.0 / d
     for j in range(n):
-        r = K.random_bits(key, base + lo + j) if mode == K.SR else np.uint64(0)
+        r = K.random_bits(key, base + j) if mode == K.SR else np.uint64(0)
         xv = np.float64(xs[j])
         q = xv * inv if pow2 else xv / d  # a power of two: multiplying by the reciprocal is exact
         v, c = K.round_one(q, r, mode, mbits, emin, emax, max_code, max_val, sign_mask, signed, has_neg_zero,
@@ -709,24 +718,6 @@ def _round_seg(xrow, crow, lo, hi, d, mode, p, key, base, tab, use_tab, fp, use_
 
 # The rounding mode is a run-time argument: one compilation of each kernel serves every mode (the
 # fast paths do not depend on it; the general path branches on it per element).
-@njit(parallel=True, cache=True)
-def _fused_rows(x2, xi2, bn, mode, p, key, sp, glob, ignore_nan, tab, use_tab, fp, use_fast, codes2, scales2, amax2):
-    """bm == 1: per row, per tile: amax, scale and rounding in one pass (tile stays in L1)."""
-    R, N = x2.shape
-    nbn = (N + bn - 1) // bn
-    for i in prange(R):
-        xrow = x2[i]
-        xirow = xi2[i]
-        crow = codes2[i]
-        for jb in range(nbn):
-            lo = jb * bn
-            hi = min(lo + bn, N)
-            a = _amax_seg(xirow, lo, hi, ignore_nan)
-            s = _scale_one(a, glob, sp)
-            amax2[i, jb] = a
-            scales2[i, jb] = s
-            _round_seg(xrow, crow, lo, hi, s * glob, mode, p, key, i * N, tab, use_tab, fp, use_fast)
-
 @njit(parallel=True, cache=True)
 def _apply(x3, scales3, bm, bn, glob, mode, p, key, tab, use_tab, fp, use_fast, codes3):
     """Round every element with its block's (given) scale; parallel over rows."""
@@ -745,10 +736,10 @@ def _apply(x3, scales3, bm, bn, glob, mode, p, key, tab, use_tab, fp, use_fast, 
                        tab, use_tab, fp, use_fast)
 
 @njit(parallel=True, cache=True)
-def _fused_blocks(x3, xi3, bm, bn, mode, p, key, sp, glob, ignore_nan, tab, use_tab, fp, use_fast, codes3, scales3,
+def _fused(x3, xi3, bm, bn, mode, p, key, sp, glob, ignore_nan, tab, use_tab, fp, use_fast, codes3, scales3,
                  amax3):
-    """bm, bn > 1: per band of bm rows, the blocks' amaxes (row by row, streaming), their scales, then the
-    rounding (the band is read again from cache).  Parallel over bands."""
+    """Per band of bm rows (a single row for 1xN tiles, groups and MX): the blocks' amaxes (row by row,
+    streaming), their scales, then the rounding (the band is read again, from cache).  Parallel over bands."""
     B, M, N = x3.shape
     nbm = (M + bm - 1) // bm
     nbn = (N + bn - 1) // bn
@@ -1092,20 +1083,11 @@ def quantize(x, fmt, granularity="tensor", *, scale_format=None, scale_rounding=
         _apply(x3, scales3, bm, bn, 1.0, mode_arg, p, key, tab, use_tab, fp, use_fast, codes)
         amax3: np.ndarray = np.full((1, 1, 1), cur, dtype=np.float32)
         g.record(cur)
-    elif amax is None and bm == 1 and nbn * M * B > 1 and sf not in ("bf16", "e4m3"):
-        x2, c2 = x3.reshape(B * M, N), codes.reshape(B * M, N)
-        # float32 outputs: every scale of these policies (fp32, powers of two) and every amax of a
-        # float32 input is a float32 value; a float64 input's amax is rounded to float32 as elsewhere
-        scales2 = np.empty((B * M, nbn), dtype=np.float32)
-        amax2 = np.empty((B * M, nbn), dtype=np.float32)
-        _fused_rows(x2, _bits(x2), bn, mode_arg, p, key, sp, glob, bool(ignore_nan), tab, use_tab, fp, use_fast, c2, scales2, amax2)
-        scales3 = scales2.reshape(B, M, nbn)
-        amax3 = amax2.reshape(B, M, nbn)
-    elif (amax is None and bm > 1 and bn > 1 and B * nbm >= 4 and sf not in ("bf16", "e4m3")
+    elif (amax is None and bn > 1 and B * nbm >= 4 and sf not in ("bf16", "e4m3")
           and not isinstance(g, NVFP4)):
         scales3 = np.empty((B, nbm, nbn), dtype=np.float32)  # float32 values, as in the row case
         amax3 = np.empty((B, nbm, nbn), dtype=np.float32)
-        _fused_blocks(x3, _bits(x3), bm, bn, mode_arg, p, key, sp, glob, bool(ignore_nan), tab, use_tab, fp, use_fast, codes,
+        _fused(x3, _bits(x3), bm, bn, mode_arg, p, key, sp, glob, bool(ignore_nan), tab, use_tab, fp, use_fast, codes,
                      scales3, amax3)
     else:
         if amax is None:
