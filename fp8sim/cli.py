@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import textwrap
 from collections.abc import Callable
@@ -170,7 +171,10 @@ def _report(args) -> int:
         config = report.load_config(args.config) if args.config else None
     except report.ConfigError as e:
         raise UsageError(str(e)) from None
-    summary = report.build(args.out, quick=args.quick, progress=progress_enabled(args), config=config)
+    if args.jobs < 1:
+        raise UsageError(f"--jobs must be at least 1, got {args.jobs}")
+    summary = report.build(args.out, quick=args.quick, progress=progress_enabled(args), config=config,
+                           jobs=args.jobs)
     if args.json:
         emit_json(summary)
     elif not args.quiet:
@@ -184,6 +188,8 @@ def _report_args(p):
     p.add_argument("--quick", action="store_true", help="smaller studies (under 2 minutes on 2 cores)")
     p.add_argument("--config", metavar="FILE", default=None,
                    help="TOML or JSON file choosing studies, seed and study options (see below)")
+    p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
+                   help="worker processes for the studies (default: up to 2; 1 runs them in this process)")
     p.add_argument("--quiet", action="store_true", help="no progress display")
     p.add_argument("--json", action="store_true", help="print summary.json to stdout")
 

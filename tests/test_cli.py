@@ -109,7 +109,7 @@ steps = 2
 def test_report_config_selects_studies_and_options(tmp_path, capsys):
     (tmp_path / "r.toml").write_text(TINY)
     code, out, _ = run(capsys, "report", "--out", str(tmp_path / "a"), "--config", str(tmp_path / "r.toml"),
-                       "--json")
+                       "--json", "--jobs", "2")
     assert code == 0
     summary = json.loads(out)
     assert summary["seed"] == 3 and summary["config"]["training"]["steps"] == 2
@@ -127,11 +127,11 @@ def test_report_config_selects_studies_and_options(tmp_path, capsys):
     assert {r["config"] for r in rows if r["part"] == "recipe"} == {"deepseek-v3"}
     with open(tmp_path / "a" / "training" / "losses.csv") as fh:
         assert len(list(csv.reader(fh))) == 1 + 2  # header + 2 steps
-    # the same config as JSON gives the same numbers (same seed)
+    # the same config as JSON, run in this process instead of two workers, gives the same numbers
     cfg = tomllib.loads(TINY)
     (tmp_path / "r.json").write_text(json.dumps(cfg))
     code, out, _ = run(capsys, "report", "--out", str(tmp_path / "b"), "--config", str(tmp_path / "r.json"),
-                       "--json")
+                       "--json", "--jobs", "1")
     again = json.loads(out)["sections"]
     assert code == 0
     assert again["granularity"] == sec["granularity"] and again["rounding"] == sec["rounding"]
