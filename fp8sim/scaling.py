@@ -557,6 +557,18 @@ def _fma32(typingctx, a, b, c):
 
 
 @njit(inline="always")
+def _to_odd(q, r, zero):
+    """The float32 quotient ``q`` re-rounded to odd, given its exact residual ``r = q*d - x`` (float32 or
+    float64, ``zero`` a 0 of the same type; r is NaN for an inf or NaN element, which is kept as it is):
+    toward zero and with the lowest bit set when inexact."""
+    b = np.float32(q).view(np.int32)
+    inexact = (r != zero) & (r == r)
+    toward_zero = inexact & (q != np.float32(0.0)) & ((r > zero) == (q > np.float32(0.0)))
+    b = np.int32(np.int32(b - np.int32(toward_zero)) | np.int32(inexact))
+    return np.int32(b).view(np.float32)
+
+
+@njit(inline="always")
 def _rne_code32(q, fp):
     """The code of the float32 ``q`` rounded to nearest even into a signed format with subnormals and
     the standard layout, in 32-bit integer and float32 lane arithmetic only (it vectorizes).
@@ -659,23 +671,13 @@ def _round_seg(xrow, crow, lo, hi, d, mode, p, key, base, tab, use_tab, fp, use_
             for j in range(n):
                 xv = np.float32(xs[j])
                 q = xv / d32
-                r = _fma32(q, d32, -xv)  # q*d - x; NaN for inf/NaN elements
-                b = np.float32(q).view(np.int32)
-                inexact = (r != np.float32(0.0)) & (r == r)
-                toward_zero = inexact & (q != np.float32(0.0)) & ((r > np.float32(0.0)) == (q > np.float32(0.0)))
-                b = np.int32(np.int32(b - np.int32(toward_zero)) | np.int32(inexact))
-                cs[j] = _rne_code32(np.int32(b).view(np.float32), fp)
+                cs[j] = _rne_code32(_to_odd(q, _fma32(q, d32, -xv), np.float32(0.0)), fp)  # residual q*d - x
         else:
             d64 = np.float64(d32)
             for j in range(n):
                 xv = np.float32(xs[j])
                 q = xv / d32
-                r = np.float64(q) * d64 - np.float64(xv)  # exact; NaN for inf/NaN elements
-                b = np.float32(q).view(np.int32)
-                inexact = (r != 0.0) & (r == r)
-                toward_zero = inexact & (q != np.float32(0.0)) & ((r > 0.0) == (q > np.float32(0.0)))
-                b = np.int32(np.int32(b - np.int32(toward_zero)) | np.int32(inexact))
-                cs[j] = _rne_code32(np.int32(b).view(np.float32), fp)
+                cs[j] = _rne_code32(_to_odd(q, np.float64(q) * d64 - np.float64(xv), 0.0), fp)  # exact residual
         return
     if use_tab and np.float64(d32) == d and d32 >= np.float32(1.1754943508222875e-38) and d32 < np.inf:
         d64 = np.float64(d32)
