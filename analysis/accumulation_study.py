@@ -30,8 +30,10 @@ def main(argv=None):
             if e:
                 hw = h["h200"].get((dist, mode), {})
                 hws = ", ".join(f"{k.split('_')[0]} {v:.3%}" for k, v in hw.items())
-                print(f"  {dist:8s} {mode:13s} emulated max {e['max_rel']:.3%} median {e['median_rel']:.3%}"
-                      + (f"   (H200: {hws})" if hws else ""))
+                print(
+                    f"  {dist:8s} {mode:13s} emulated max {e['max_rel']:.3%} median {e['median_rel']:.3%}"
+                    + (f"   (H200: {hws})" if hws else "")
+                )
 
 
 if __name__ == "__main__":

@@ -24,8 +24,9 @@ def main(argv=None):
     print(f"wrote {res['csv']} and {len(res['figures'])} figures in {res['seconds']:.1f} s")
     print("SQNR [dB], outlier-channel activations (fp32 scales; MX: E8M0 FLOOR):")
     for fmt in granularity.FORMATS:
-        print(f"  {fmt}: " + ", ".join(f"{g} {key[('outlier_channels', fmt, g)]:.1f}"
-                                      for g in granularity.GRANULARITIES))
+        print(
+            f"  {fmt}: " + ", ".join(f"{g} {key[('outlier_channels', fmt, g)]:.1f}" for g in granularity.GRANULARITIES)
+        )
 
 
 if __name__ == "__main__":

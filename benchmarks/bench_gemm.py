@@ -62,8 +62,10 @@ def main(argv=None):
         t_k = best(lambda: _fp8(qx, qw, r, "exact"), args.reps)
         t_all = t_q + t_k
         t_f = best(lambda: fp8sim.gemm(x, w, r, fidelity="fast"), 1)
-        print(f"{name:<24s} exact total {t_all:8.2f} s (quantize {t_q:.2f} s, kernel {t_k:.2f} s, "
-              f"{macs / t_k / 1e9:.2f} GMAC/s)  ratio vs numpy {t_all / t_np:6.1f}x")
+        print(
+            f"{name:<24s} exact total {t_all:8.2f} s (quantize {t_q:.2f} s, kernel {t_k:.2f} s, "
+            f"{macs / t_k / 1e9:.2f} GMAC/s)  ratio vs numpy {t_all / t_np:6.1f}x"
+        )
         print(f"{name:<24s} fast        {t_f:8.2f} s  ratio vs numpy {t_f / t_np:6.1f}x")
 
 

@@ -38,8 +38,12 @@ def main() -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--log2n", type=int, default=24)
     ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--peer-log2n", type=int, default=None,
-                    help="smaller size for the slow pure-numpy peers (gfloat, pychop); default: same")
+    ap.add_argument(
+        "--peer-log2n",
+        type=int,
+        default=None,
+        help="smaller size for the slow pure-numpy peers (gfloat, pychop); default: same",
+    )
     ap.add_argument("--json", default=None, help="write the results here")
     args = ap.parse_args()
 
@@ -73,10 +77,11 @@ def main() -> dict:
         from gfloat.formats import format_info_ocp_e4m3
 
         results["gfloat round_ndarray f64 rne"] = _time_peer(
-            lambda: gfloat.round_ndarray(format_info_ocp_e4m3, xp), m, max(1, args.repeat // 2))
+            lambda: gfloat.round_ndarray(format_info_ocp_e4m3, xp), m, max(1, args.repeat // 2)
+        )
         results["gfloat encode_ndarray (after round)"] = _time_peer(
-            lambda: gfloat.encode_ndarray(format_info_ocp_e4m3, gfloat.round_ndarray(format_info_ocp_e4m3, xp)),
-            m, 1)
+            lambda: gfloat.encode_ndarray(format_info_ocp_e4m3, gfloat.round_ndarray(format_info_ocp_e4m3, xp)), m, 1
+        )
     except ImportError:
         print("gfloat not installed: skipped (pip install gfloat)")
     try:
@@ -101,8 +106,11 @@ def main() -> dict:
         "SR f32 encode >= 4x ml_dtypes RNE": results["fp8sim.encode f32 sr"]["elements_per_s"] / base,
         "f64 encode >= 4x ml_dtypes f64": results["fp8sim.encode f64 rne"]["elements_per_s"] / base64,
     }
-    need = {"RNE f32 encode >= 8x ml_dtypes": 8, "SR f32 encode >= 4x ml_dtypes RNE": 4,
-            "f64 encode >= 4x ml_dtypes f64": 4}
+    need = {
+        "RNE f32 encode >= 8x ml_dtypes": 8,
+        "SR f32 encode >= 4x ml_dtypes RNE": 4,
+        "f64 encode >= 4x ml_dtypes f64": 4,
+    }
     print()
     for k, v in targets.items():
         print(f"{k:40s} {v:6.2f}x  {'met' if v >= need[k] else 'MISSED'}")

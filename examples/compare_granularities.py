@@ -31,5 +31,7 @@ print(f"{'granularity':>12} {'SQNR dB':>8} {'rel. err':>9} {'underflow':>10} {'s
 for g in ["tensor", "row", "col", "1x128", "128x128", "mx32", "g32"]:
     q = fp8sim.quantize(x, args.format, g)
     y = q.dequantize()
-    print(f"{g:>12} {metrics.sqnr_db(x, y):8.2f} {metrics.rel_frobenius_error(x, y):9.2e} "
-          f"{metrics.fraction_underflow(x, y):10.2%} {metrics.fraction_saturated(x, q):10.2%} {q.scales.size:8d}")
+    print(
+        f"{g:>12} {metrics.sqnr_db(x, y):8.2f} {metrics.rel_frobenius_error(x, y):9.2e} "
+        f"{metrics.fraction_underflow(x, y):10.2%} {metrics.fraction_saturated(x, q):10.2%} {q.scales.size:8d}"
+    )

@@ -1,6 +1,6 @@
 """Round and encode numbers in FP8: values, codes, modes, saturation.
 
-    python examples/round_and_encode.py
+python examples/round_and_encode.py
 """
 
 import numpy as np

@@ -20,5 +20,7 @@ for name, r in summary["recipes"].items():
     rel = r.get("rel_loss_error_vs_bf16")
     rel_txt = "reference" if rel is None else f"relative loss error vs bf16 {rel['mean_abs'] * 100:.3f} %"
     print(f"{name:>12}: final loss {r['final_loss']:.4f}, {rel_txt}")
-print(f"DeepSeek-V3 reports < {summary['deepseek_v3_rel_loss_error_claim'] * 100:.2f} % at 671B scale; "
-      f"figures and CSV in {args.out}/")
+print(
+    f"DeepSeek-V3 reports < {summary['deepseek_v3_rel_loss_error_claim'] * 100:.2f} % at 671B scale; "
+    f"figures and CSV in {args.out}/"
+)

@@ -34,11 +34,11 @@ from numba import njit, prange, types
 from numba.extending import intrinsic
 
 # scale application modes at promotion / epilogue
-SCALE_FMA = 0       # tot = fma(sa*sb, partial, tot)        (DeepGEMM's += compiled with contraction)
-SCALE_MUL_ADD = 1   # tot = tot + fp32(sa*sb * partial)      (no contraction)
+SCALE_FMA = 0  # tot = fma(sa*sb, partial, tot)        (DeepGEMM's += compiled with contraction)
+SCALE_MUL_ADD = 1  # tot = tot + fp32(sa*sb * partial)      (no contraction)
 SCALE_EPILOGUE = 2  # tot = tot + partial at promotion; out = fp32(sa*sb * tot) at the end
 
-_NEG16 = -10000     # exponent of a zero/special code: never the max (int16)
+_NEG16 = -10000  # exponent of a zero/special code: never the max (int16)
 
 
 @intrinsic
@@ -82,8 +82,7 @@ def _pass2(S, bvr, va, scf):
 
 
 @njit(cache=True)
-def _row_instr(accr, accb, aerow, avrow, askrow, be, bv, k0, n0, n1, pm, sci, invi, scf, invf, S,
-               F, one, keep_bits):
+def _row_instr(accr, accb, aerow, avrow, askrow, be, bv, k0, n0, n1, pm, sci, invi, scf, invf, S, F, one, keep_bits):
     nn = n1 - n0
     for n in range(nn):
         eb = (accb[n] >> 23) & 0xFF
@@ -156,8 +155,27 @@ def wgmma_gemm(av, ae, bv, be, sa, sb, kscale, promote, mode, F, keep_bits, a_sk
         for k0 in range(0, Kp, 32):
             for ii in range(i1 - i0):
                 i = i0 + ii
-                _row_instr(acc[ii], accb2[ii], ae[i], av[i], a_skip[i], be, bv, k0, n0, n1, pm, sci, invi,
-                           scf, invf, S, F, one, keep_bits)
+                _row_instr(
+                    acc[ii],
+                    accb2[ii],
+                    ae[i],
+                    av[i],
+                    a_skip[i],
+                    be,
+                    bv,
+                    k0,
+                    n0,
+                    n1,
+                    pm,
+                    sci,
+                    invi,
+                    scf,
+                    invf,
+                    S,
+                    F,
+                    one,
+                    keep_bits,
+                )
             cnt += 32
             last = k0 + 32 >= Kp
             if promote > 0 and (cnt == promote or last):
@@ -306,9 +324,30 @@ def cupy_wgmma_gemm(a_codes, b_codes, fa, fb, sa, sb, kscale, promote, mode, F, 
     global last_kernel_seconds
     e0, e1 = cp.cuda.Event(), cp.cuda.Event()
     e0.record()
-    _cupy_kernel(grid, (16, 16), (dA, dB, tv[0], tv[1], tv[2], tv[3], dsa, dsb, out, np.int32(M), np.int32(N),
-                                  np.int32(Kp), np.int32(sa.shape[1]), np.int32(kscale), np.int32(promote),
-                                  np.int32(mode), np.int32(F), np.int32(keep_bits)))
+    _cupy_kernel(
+        grid,
+        (16, 16),
+        (
+            dA,
+            dB,
+            tv[0],
+            tv[1],
+            tv[2],
+            tv[3],
+            dsa,
+            dsb,
+            out,
+            np.int32(M),
+            np.int32(N),
+            np.int32(Kp),
+            np.int32(sa.shape[1]),
+            np.int32(kscale),
+            np.int32(promote),
+            np.int32(mode),
+            np.int32(F),
+            np.int32(keep_bits),
+        ),
+    )
     e1.record()
     e1.synchronize()
     last_kernel_seconds = cp.cuda.get_elapsed_time(e0, e1) / 1e3

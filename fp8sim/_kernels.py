@@ -94,8 +94,25 @@ def _make_round_one(FT, IT, P: int, BIAS: int):
         # int64 -> float64 does not (no vcvtqq2pd): set m as the low mantissa bits of 2**52
         return IT(m | IT(0x4330000000000000)).view(FT) - FT(4503599627370496.0)
 
-    def round_one(x, r, mode, mbits, emin, emax, max_code, max_val, sign_mask, signed, has_neg_zero,
-                  subnormals, inf_code, nan_code, saturate_overflow, flush, sr_bits):
+    def round_one(
+        x,
+        r,
+        mode,
+        mbits,
+        emin,
+        emax,
+        max_code,
+        max_val,
+        sign_mask,
+        signed,
+        has_neg_zero,
+        subnormals,
+        inf_code,
+        nan_code,
+        saturate_overflow,
+        flush,
+        sr_bits,
+    ):
         mbits = IT(mbits)
         emin = IT(emin)
         emax = IT(emax)
@@ -194,8 +211,25 @@ _ROUND_ONE_F32 = _make_round_one(np.float32, np.int32, 23, 127)
 _ROUND_ONE_F64 = _make_round_one(np.float64, np.int64, 52, 1023)
 
 
-def round_one(x, r, mode, mbits, emin, emax, max_code, max_val, sign_mask, signed, has_neg_zero,
-              subnormals, inf_code, nan_code, saturate_overflow, flush, sr_bits):
+def round_one(
+    x,
+    r,
+    mode,
+    mbits,
+    emin,
+    emax,
+    max_code,
+    max_val,
+    sign_mask,
+    signed,
+    has_neg_zero,
+    subnormals,
+    inf_code,
+    nan_code,
+    saturate_overflow,
+    flush,
+    sr_bits,
+):
     """Round one float32/float64 ``x`` to the target format; return ``(value, code)``.
 
     Callable from numba code only.  The value has ``x``'s type; the code is
@@ -210,8 +244,25 @@ def round_one(x, r, mode, mbits, emin, emax, max_code, max_val, sign_mask, signe
 
 
 @overload(round_one, inline="always")
-def _round_one_overload(x, r, mode, mbits, emin, emax, max_code, max_val, sign_mask, signed, has_neg_zero,
-                        subnormals, inf_code, nan_code, saturate_overflow, flush, sr_bits):
+def _round_one_overload(
+    x,
+    r,
+    mode,
+    mbits,
+    emin,
+    emax,
+    max_code,
+    max_val,
+    sign_mask,
+    signed,
+    has_neg_zero,
+    subnormals,
+    inf_code,
+    nan_code,
+    saturate_overflow,
+    flush,
+    sr_bits,
+):
     if x == types.float32:
         return _ROUND_ONE_F32
     if x == types.float64:
@@ -227,23 +278,57 @@ def _store(out, i, v, c):
 @overload(_store, inline="always")
 def _store_overload(out, i, v, c):
     if isinstance(out.dtype, types.Float):
+
         def store_value(out, i, v, c):
             out[i] = v
+
         return store_value
 
     def store_code(out, i, v, c):
         out[i] = c
+
     return store_code
 
 
 @njit(inline="always")
 def _loop(x, out, mode, p, key):
-    mbits, emin, emax, max_code, max_val, sign_mask, signed, has_neg_zero, subnormals, inf_code, \
-        nan_code, saturate_overflow, flush, sr_bits = p
+    (
+        mbits,
+        emin,
+        emax,
+        max_code,
+        max_val,
+        sign_mask,
+        signed,
+        has_neg_zero,
+        subnormals,
+        inf_code,
+        nan_code,
+        saturate_overflow,
+        flush,
+        sr_bits,
+    ) = p
     for i in prange(x.size):
         r = random_bits(key, i) if mode == SR else np.uint64(0)
-        v, c = round_one(x[i], r, mode, mbits, emin, emax, max_code, max_val, sign_mask, signed,
-                         has_neg_zero, subnormals, inf_code, nan_code, saturate_overflow, flush, sr_bits)
+        v, c = round_one(
+            x[i],
+            r,
+            mode,
+            mbits,
+            emin,
+            emax,
+            max_code,
+            max_val,
+            sign_mask,
+            signed,
+            has_neg_zero,
+            subnormals,
+            inf_code,
+            nan_code,
+            saturate_overflow,
+            flush,
+            sr_bits,
+        )
         _store(out, i, v, c)  # the output dtype picks value or code at compile time
 
 

@@ -19,7 +19,9 @@ import numpy as np
 from ._json import json_default
 from .formats import UnknownNameError
 
-COMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int], str, str]] = {}
+COMMANDS: dict[
+    str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int], str, str]
+] = {}
 
 
 class UsageError(Exception):
@@ -53,8 +55,11 @@ def progress_enabled(args) -> bool:
 
 
 # ---------------------------------------------------------------- info
-@command("info", "show a format's properties, or a table of all formats",
-         "examples:\n  fp8sim info e4m3\n  fp8sim info --all\n  fp8sim info e5m2 --json")
+@command(
+    "info",
+    "show a format's properties, or a table of all formats",
+    "examples:\n  fp8sim info e4m3\n  fp8sim info --all\n  fp8sim info e5m2 --json",
+)
 def _info(args) -> int:
     from . import formats
 
@@ -87,8 +92,22 @@ def _fmt_value(v) -> str:
     return str(v)
 
 
-TABLE_COLUMNS = ["name", "bits", "ebits", "mbits", "bias", "inf", "nan", "max", "min_normal",
-                 "min_subnormal", "eps", "emax", "emin", "ml_dtype"]
+TABLE_COLUMNS = [
+    "name",
+    "bits",
+    "ebits",
+    "mbits",
+    "bias",
+    "inf",
+    "nan",
+    "max",
+    "min_normal",
+    "min_subnormal",
+    "eps",
+    "emax",
+    "emin",
+    "ml_dtype",
+]
 
 
 def format_table(rows: list[dict], columns: list[str] = TABLE_COLUMNS) -> str:
@@ -102,10 +121,13 @@ def format_table(rows: list[dict], columns: list[str] = TABLE_COLUMNS) -> str:
 
 
 # ---------------------------------------------------------------- round
-@command("round", "round numbers to a format and show values, codes and errors",
-         "examples:\n  fp8sim round 0.1 300 -431.99999999999994 --format e4m3\n"
-         "  fp8sim round 1.3 --format e5m2 --mode rtz --json\n"
-         "  fp8sim round 1e6 --format e4m3 --saturate")
+@command(
+    "round",
+    "round numbers to a format and show values, codes and errors",
+    "examples:\n  fp8sim round 0.1 300 -431.99999999999994 --format e4m3\n"
+    "  fp8sim round 1.3 --format e5m2 --mode rtz --json\n"
+    "  fp8sim round 1e6 --format e4m3 --saturate",
+)
 def _round(args) -> int:
     from . import formats, rounding
 
@@ -114,8 +136,7 @@ def _round(args) -> int:
         x = np.array([float(v) for v in args.values], dtype=np.float64)
     except ValueError as e:
         raise UsageError(f"values must be numbers: {e}") from None
-    kw = dict(saturate=args.saturate, flush_subnormals=args.flush_subnormals, seed=args.seed,
-              sr_bits=args.sr_bits)
+    kw = dict(saturate=args.saturate, flush_subnormals=args.flush_subnormals, seed=args.seed, sr_bits=args.sr_bits)
     y = rounding.round(x, fmt, args.mode, **kw)
     codes = rounding.encode(x, fmt, args.mode, **kw) if fmt.nan.value != "none" or not np.isnan(x).any() else None
     width = (fmt.bits + 3) // 4
@@ -123,9 +144,15 @@ def _round(args) -> int:
     for i, (xi, yi) in enumerate(zip(x, y)):
         err = float(yi - xi) if np.isfinite(yi) and np.isfinite(xi) else float("nan")
         rel = abs(err / xi) if xi != 0 and np.isfinite(err) else (0.0 if err == 0 else float("nan"))
-        rows.append({"input": float(xi), "value": float(yi),
-                     "code": None if codes is None else f"0x{int(codes[i]):0{width}x}",
-                     "abs_error": err, "rel_error": rel})
+        rows.append(
+            {
+                "input": float(xi),
+                "value": float(yi),
+                "code": None if codes is None else f"0x{int(codes[i]):0{width}x}",
+                "abs_error": err,
+                "rel_error": rel,
+            }
+        )
     if args.json:
         emit_json({"format": fmt.name, "mode": args.mode, "saturate": args.saturate, "results": rows})
     else:
@@ -148,22 +175,25 @@ def _round_args(p):
 
 
 # --------------------------------------------------------------- report
-@command("report", "run the headline studies and write an HTML report with figures, CSV and JSON",
-         "examples:\n  fp8sim report --out report --quick\n  fp8sim report --out report\n"
-         "  fp8sim report --out report --config report.toml\n\n"
-         "A config file (TOML or JSON) picks the studies, the seed and each study's sizes and subsets:\n"
-         "  seed = 1\n"
-         "  studies = [\"formats\", \"granularity\", \"accumulation\", \"training\"]\n"
-         "  [granularity]\n"
-         "  shape = [256, 2048]\n"
-         "  granularities = [\"tensor\", \"1x128\", \"128x128\", \"mx32\"]\n"
-         "  [training]\n"
-         "  recipes = [\"bf16\", \"deepseek-v3\"]\n"
-         "  steps = 100\n"
-         "Sections and options: rounding (formats, modes, samples); granularity (shape, formats,\n"
-         "distributions, granularities); accumulation (k_max, size, distributions, recipes);\n"
-         "tensorcore (captures: a folder of .npz captures); training (recipes, steps, fidelity).\n"
-         "Studies: formats, rounding, granularity, accumulation, tensorcore, training.")
+@command(
+    "report",
+    "run the headline studies and write an HTML report with figures, CSV and JSON",
+    "examples:\n  fp8sim report --out report --quick\n  fp8sim report --out report\n"
+    "  fp8sim report --out report --config report.toml\n\n"
+    "A config file (TOML or JSON) picks the studies, the seed and each study's sizes and subsets:\n"
+    "  seed = 1\n"
+    '  studies = ["formats", "granularity", "accumulation", "training"]\n'
+    "  [granularity]\n"
+    "  shape = [256, 2048]\n"
+    '  granularities = ["tensor", "1x128", "128x128", "mx32"]\n'
+    "  [training]\n"
+    '  recipes = ["bf16", "deepseek-v3"]\n'
+    "  steps = 100\n"
+    "Sections and options: rounding (formats, modes, samples); granularity (shape, formats,\n"
+    "distributions, granularities); accumulation (k_max, size, distributions, recipes);\n"
+    "tensorcore (captures: a folder of .npz captures); training (recipes, steps, fidelity).\n"
+    "Studies: formats, rounding, granularity, accumulation, tensorcore, training.",
+)
 def _report(args) -> int:
     from . import report
 
@@ -173,8 +203,7 @@ def _report(args) -> int:
         raise UsageError(str(e)) from None
     if args.jobs < 1:
         raise UsageError(f"--jobs must be at least 1, got {args.jobs}")
-    summary = report.build(args.out, quick=args.quick, progress=progress_enabled(args), config=config,
-                           jobs=args.jobs)
+    summary = report.build(args.out, quick=args.quick, progress=progress_enabled(args), config=config, jobs=args.jobs)
     if args.json:
         emit_json(summary)
     elif not args.quiet:
@@ -186,37 +215,57 @@ def _report(args) -> int:
 def _report_args(p):
     p.add_argument("--out", default="report", help="output folder (default ./report)")
     p.add_argument("--quick", action="store_true", help="smaller studies (under 2 minutes on 2 cores)")
-    p.add_argument("--config", metavar="FILE", default=None,
-                   help="TOML or JSON file choosing studies, seed and study options (see below)")
-    p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
-                   help="worker processes for the studies (default: up to 2; 1 runs them in this process)")
+    p.add_argument(
+        "--config",
+        metavar="FILE",
+        default=None,
+        help="TOML or JSON file choosing studies, seed and study options (see below)",
+    )
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=min(2, os.cpu_count() or 1),
+        help="worker processes for the studies (default: up to 2; 1 runs them in this process)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress display")
     p.add_argument("--json", action="store_true", help="print summary.json to stdout")
 
 
 # --------------------------------------------------------------- verify
-@command("verify", "score the tensor-core emulator against hardware capture files (.npz)",
-         "examples:\n  fp8sim verify tests/data/wgmma_e4m3xe4m3_normal.npz\n"
-         "  fp8sim verify tests/data/*.npz --json\n"
-         "  fp8sim verify capture.npz --model mma.sync   # score another model\n"
-         "Exit code 0 when every output matches bit for bit, 1 otherwise.")
+@command(
+    "verify",
+    "score the tensor-core emulator against hardware capture files (.npz)",
+    "examples:\n  fp8sim verify tests/data/wgmma_e4m3xe4m3_normal.npz\n"
+    "  fp8sim verify tests/data/*.npz --json\n"
+    "  fp8sim verify capture.npz --model mma.sync   # score another model\n"
+    "Exit code 0 when every output matches bit for bit, 1 otherwise.",
+)
 def _verify(args) -> int:
     from . import tensorcore
 
     rows = []
     for path in args.files:
         r = tensorcore.verify_capture(path, model=args.model)
-        rows.append({"file": path, "instruction": args.model or r["meta"].get("instruction"),
-                     "formats": f"{r['meta'].get('a_format')}x{r['meta'].get('b_format')}",
-                     "n": r["n"], "mismatches": r["mismatches"], "match_rate": r["match_rate"],
-                     "first_mismatches": r["first_mismatches"]})
+        rows.append(
+            {
+                "file": path,
+                "instruction": args.model or r["meta"].get("instruction"),
+                "formats": f"{r['meta'].get('a_format')}x{r['meta'].get('b_format')}",
+                "n": r["n"],
+                "mismatches": r["mismatches"],
+                "match_rate": r["match_rate"],
+                "first_mismatches": r["first_mismatches"],
+            }
+        )
     bad = sum(r["mismatches"] for r in rows)
     if args.json:
         emit_json({"files": rows, "mismatches": bad, "n": sum(r["n"] for r in rows)})
     else:
         for r in rows:
-            print(f"{r['file']}: {r['instruction']} {r['formats']}: {r['n'] - r['mismatches']}/{r['n']} "
-                  f"bit-exact ({100 * r['match_rate']:.4f} %)")
+            print(
+                f"{r['file']}: {r['instruction']} {r['formats']}: {r['n'] - r['mismatches']}/{r['n']} "
+                f"bit-exact ({100 * r['match_rate']:.4f} %)"
+            )
             for m in r["first_mismatches"]:
                 print(f"    {m['output']}{list(m['index'])}: hardware {m['hardware_bits']} model {m['model_bits']}")
         print(f"total: {sum(r['n'] for r in rows) - bad}/{sum(r['n'] for r in rows)} outputs bit-exact")
@@ -231,11 +280,14 @@ def _verify_args(p):
 
 
 # ------------------------------------------------------------- quantize
-@command("quantize", "quantize a tensor from a .npy file with a scaling granularity and report the error",
-         "examples:\n  fp8sim quantize acts.npy --format e4m3 --granularity 1x128\n"
-         "  fp8sim quantize grads.npy --format e5m2 --granularity mx32 --out grads_q.npz --json\n"
-         "The .npz holds codes, scales, amax and the settings; fp8sim.dequantize needs the\n"
-         "QuantizedTensor, so reload with numpy and multiply decode(codes) by the expanded scales.")
+@command(
+    "quantize",
+    "quantize a tensor from a .npy file with a scaling granularity and report the error",
+    "examples:\n  fp8sim quantize acts.npy --format e4m3 --granularity 1x128\n"
+    "  fp8sim quantize grads.npy --format e5m2 --granularity mx32 --out grads_q.npz --json\n"
+    "The .npz holds codes, scales, amax and the settings; fp8sim.dequantize needs the\n"
+    "QuantizedTensor, so reload with numpy and multiply decode(codes) by the expanded scales.",
+)
 def _quantize(args) -> int:
     import os
 
@@ -246,20 +298,42 @@ def _quantize(args) -> int:
         raise FileNotFoundError(f"no such file: {args.file}")
     x = np.load(args.file, allow_pickle=False)
     if x.dtype not in (np.float32, np.float64):
-        raise UsageError(f"{args.file} holds {x.dtype}; fp8sim quantizes float32 or float64 arrays "
-                         "(convert it explicitly, e.g. np.save(path, x.astype(np.float32)))")
-    q = quantize(x, args.format, args.granularity, mode=args.mode, seed=args.seed,
-                 saturate=not args.no_saturate, margin=args.margin)
+        raise UsageError(
+            f"{args.file} holds {x.dtype}; fp8sim quantizes float32 or float64 arrays "
+            "(convert it explicitly, e.g. np.save(path, x.astype(np.float32)))"
+        )
+    q = quantize(
+        x,
+        args.format,
+        args.granularity,
+        mode=args.mode,
+        seed=args.seed,
+        saturate=not args.no_saturate,
+        margin=args.margin,
+    )
     y = q.dequantize()
-    res = {"file": args.file, "shape": list(x.shape), "dtype": str(x.dtype), "format": q.format.name,
-           "granularity": q.granularity.name, "scale_format": q.scale_format, "scales_shape": list(q.scales.shape),
-           "sqnr_db": float(metrics.sqnr_db(x, y)), "rel_frobenius_error": float(metrics.rel_frobenius_error(x, y)),
-           "max_rel_error": float(metrics.max_rel_error(x, y)),
-           "fraction_saturated": float(metrics.fraction_saturated(x, q)),
-           "fraction_underflow": float(metrics.fraction_underflow(x, y))}
+    res = {
+        "file": args.file,
+        "shape": list(x.shape),
+        "dtype": str(x.dtype),
+        "format": q.format.name,
+        "granularity": q.granularity.name,
+        "scale_format": q.scale_format,
+        "scales_shape": list(q.scales.shape),
+        "sqnr_db": float(metrics.sqnr_db(x, y)),
+        "rel_frobenius_error": float(metrics.rel_frobenius_error(x, y)),
+        "max_rel_error": float(metrics.max_rel_error(x, y)),
+        "fraction_saturated": float(metrics.fraction_saturated(x, q)),
+        "fraction_underflow": float(metrics.fraction_underflow(x, y)),
+    }
     if args.out:
-        np.savez_compressed(args.out, codes=q.codes, scales=q.scales, amax=q.amax,
-                            settings=json.dumps({k: res[k] for k in ("format", "granularity", "scale_format")}))
+        np.savez_compressed(
+            args.out,
+            codes=q.codes,
+            scales=q.scales,
+            amax=q.amax,
+            settings=json.dumps({k: res[k] for k in ("format", "granularity", "scale_format")}),
+        )
         res["out"] = args.out
     if args.json:
         emit_json(res)
@@ -273,8 +347,12 @@ def _quantize(args) -> int:
 def _quantize_args(p):
     p.add_argument("file", help="a .npy file with a float32/float64 array (1 or more dims)")
     p.add_argument("-f", "--format", default="e4m3", help="element format (default e4m3)")
-    p.add_argument("-g", "--granularity", default="1x128",
-                   help="tensor, row, col, 1xN, NxN, gN, mxN, nvfp4, delayed (default 1x128)")
+    p.add_argument(
+        "-g",
+        "--granularity",
+        default="1x128",
+        help="tensor, row, col, 1xN, NxN, gN, mxN, nvfp4, delayed (default 1x128)",
+    )
     p.add_argument("-m", "--mode", default="rne", help="element rounding mode (default rne)")
     p.add_argument("--seed", type=int, default=None, help="seed for --mode sr")
     p.add_argument("--margin", type=int, default=0, help="scale margin in powers of two")
@@ -287,9 +365,12 @@ def _quantize_args(p):
 STUDIES = {"granularity": "fp8sim.studies.granularity", "accumulation": "fp8sim.studies.accumulation"}
 
 
-@command("study", "run one study (granularity, accumulation) and write figures and CSV",
-         "examples:\n  fp8sim study granularity --out out/granularity --quick\n"
-         "  fp8sim study accumulation --out out/accumulation --json")
+@command(
+    "study",
+    "run one study (granularity, accumulation) and write figures and CSV",
+    "examples:\n  fp8sim study granularity --out out/granularity --quick\n"
+    "  fp8sim study accumulation --out out/accumulation --json",
+)
 def _study(args) -> int:
     import importlib
 
@@ -298,13 +379,20 @@ def _study(args) -> int:
     except ModuleNotFoundError:
         raise UsageError(f"the {args.name} study is not available in this version") from None
     res = mod.run(args.out, quick=args.quick, progress=progress_enabled(args), seed=args.seed)
-    summary = {"study": args.name, "out": args.out, "csv": res.get("csv"), "figures": res.get("figures"),
-               "seconds": res.get("seconds")}
+    summary = {
+        "study": args.name,
+        "out": args.out,
+        "csv": res.get("csv"),
+        "figures": res.get("figures"),
+        "seconds": res.get("seconds"),
+    }
     if args.json:
         emit_json(summary)
     elif not args.quiet:
-        print(f"{args.name} study: wrote {res.get('csv')} and {len(res.get('figures') or [])} figures "
-              f"in {args.out} ({res.get('seconds', 0):.1f} s)")
+        print(
+            f"{args.name} study: wrote {res.get('csv')} and {len(res.get('figures') or [])} figures "
+            f"in {args.out} ({res.get('seconds', 0):.1f} s)"
+        )
     return 0
 
 
@@ -334,11 +422,14 @@ def _size(text: str) -> tuple[int, int]:
         raise UsageError(f"sizes are ROWSxCOLS, e.g. 256x1024; got {text!r}") from None
 
 
-@command("sweep", "run a configurations x seeds x sizes sweep serially or on a dask cluster",
-         "examples:\n  fp8sim sweep granularity --seeds 0,1,2 --out out/sweep\n"
-         "  fp8sim sweep granularity --scheduler serial --quiet --json\n"
-         "  fp8sim sweep granularity --scheduler tcp://scheduler:8786 --sizes 1024x4096,4096x4096\n"
-         "The rows are the same whichever scheduler runs them (each task seeds itself).")
+@command(
+    "sweep",
+    "run a configurations x seeds x sizes sweep serially or on a dask cluster",
+    "examples:\n  fp8sim sweep granularity --seeds 0,1,2 --out out/sweep\n"
+    "  fp8sim sweep granularity --scheduler serial --quiet --json\n"
+    "  fp8sim sweep granularity --scheduler tcp://scheduler:8786 --sizes 1024x4096,4096x4096\n"
+    "The rows are the same whichever scheduler runs them (each task seeds itself).",
+)
 def _sweep(args) -> int:
     import csv
     import os
@@ -355,10 +446,12 @@ def _sweep(args) -> int:
     grans = _csv_list(args.granularities)
     for g in grans:
         _granularity(g)  # raises with the list of known names
-    params = sweep.granularity_params(dists, fmts, grans, _csv_list(args.seeds, int),
-                                      [_size(s) for s in _csv_list(args.sizes)])
-    rows = sweep.run(sweep.granularity_task, params, scheduler=args.scheduler, workers=args.workers,
-                     progress=progress_enabled(args))
+    params = sweep.granularity_params(
+        dists, fmts, grans, _csv_list(args.seeds, int), [_size(s) for s in _csv_list(args.sizes)]
+    )
+    rows = sweep.run(
+        sweep.granularity_task, params, scheduler=args.scheduler, workers=args.workers, progress=progress_enabled(args)
+    )
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, "sweep_granularity.csv")
     with open(path, "w", newline="") as fh:
@@ -380,9 +473,12 @@ def _sweep_args(p):
     p.add_argument("--granularities", default="tensor,1x128,128x128,mx32")
     p.add_argument("--seeds", default="0")
     p.add_argument("--sizes", default="256x1024", help="comma-separated ROWSxCOLS")
-    p.add_argument("--scheduler", default="local",
-                   help="'local' (a LocalCluster on this machine, default), 'serial', or a dask scheduler "
-                        "address such as tcp://host:8786")
+    p.add_argument(
+        "--scheduler",
+        default="local",
+        help="'local' (a LocalCluster on this machine, default), 'serial', or a dask scheduler "
+        "address such as tcp://host:8786",
+    )
     p.add_argument("--workers", type=int, default=None, help="LocalCluster workers (default: one per core)")
     p.add_argument("--out", default="out", help="output folder")
     p.add_argument("--quiet", action="store_true")
@@ -390,10 +486,13 @@ def _sweep_args(p):
 
 
 # ---------------------------------------------------------------- train
-@command("train", "train a small LM with several recipes from the same start and compare the losses with BF16",
-         "examples:\n  fp8sim train --out out/train\n"
-         "  fp8sim train --recipes bf16,deepseek-v3,per-tensor --steps 100 --seed 1 --out out/t --json\n"
-         "  fp8sim train --recipes bf16,deepseek-v3 --steps 20 --fidelity exact --out out/exact")
+@command(
+    "train",
+    "train a small LM with several recipes from the same start and compare the losses with BF16",
+    "examples:\n  fp8sim train --out out/train\n"
+    "  fp8sim train --recipes bf16,deepseek-v3,per-tensor --steps 100 --seed 1 --out out/t --json\n"
+    "  fp8sim train --recipes bf16,deepseek-v3 --steps 20 --fidelity exact --out out/exact",
+)
 def _train(args) -> int:
     from .recipes import recipe as _get_recipe
     from .training.train import train
@@ -415,28 +514,43 @@ def _train(args) -> int:
         return 0
     if not args.quiet:
         print(f"{args.steps} steps, seed {args.seed}, fidelity {args.fidelity}, GEMMs: {summary['gemm_backend']}")
-        print(f"{'recipe':<26}{'final loss':>11}{'val loss':>10}{'rel.err vs bf16':>17}{'underflow':>11}"
-              f"{'non-finite':>11}{'s/step':>8}")
+        print(
+            f"{'recipe':<26}{'final loss':>11}{'val loss':>10}{'rel.err vs bf16':>17}{'underflow':>11}"
+            f"{'non-finite':>11}{'s/step':>8}"
+        )
         for name, r in summary["recipes"].items():
             rel = r["rel_loss_error_vs_bf16"]
             rel_s = "-" if rel is None else f"{100 * rel['mean_abs']:.3f} %"
-            print(f"{name:<26}{r['final_loss']:>11.4f}{r['val_loss']:>10.4f}{rel_s:>17}"
-                  f"{100 * r['frac_underflow']:>10.3f}%{r['nonfinite_steps']:>11}{r['s_per_step']:>8.3f}")
-        print(f"(DeepSeek-V3 reports < {100 * summary['deepseek_v3_rel_loss_error_claim']:g} % against BF16; "
-              f"rel.err: mean over the last 10 % of steps)")
-        print(f"wrote {args.out}/summary.json, losses.csv, layer_stats.csv and {len(summary.get('figures', []))} figures")
+            print(
+                f"{name:<26}{r['final_loss']:>11.4f}{r['val_loss']:>10.4f}{rel_s:>17}"
+                f"{100 * r['frac_underflow']:>10.3f}%{r['nonfinite_steps']:>11}{r['s_per_step']:>8.3f}"
+            )
+        print(
+            f"(DeepSeek-V3 reports < {100 * summary['deepseek_v3_rel_loss_error_claim']:g} % against BF16; "
+            f"rel.err: mean over the last 10 % of steps)"
+        )
+        print(
+            f"wrote {args.out}/summary.json, losses.csv, layer_stats.csv and {len(summary.get('figures', []))} figures"
+        )
     return 0
 
 
 @_train.arguments
 def _train_args(p):
-    p.add_argument("--recipes", default="bf16,deepseek-v3,per-tensor,per-tensor-no-promotion,te-hybrid",
-                   help="comma-separated recipe names (default: the five of the comparison; bf16 is the reference)")
+    p.add_argument(
+        "--recipes",
+        default="bf16,deepseek-v3,per-tensor,per-tensor-no-promotion,te-hybrid",
+        help="comma-separated recipe names (default: the five of the comparison; bf16 is the reference)",
+    )
     p.add_argument("--steps", type=int, default=300, help="optimizer steps per recipe (default 300)")
     p.add_argument("--seed", type=int, default=0, help="initialization and data-order seed (default 0)")
     p.add_argument("--out", default="train_out", help="output folder (default ./train_out)")
-    p.add_argument("--fidelity", choices=("fast", "exact"), default="fast",
-                   help="GEMM accumulation: fast (float32 BLAS partials) or exact (bit-exact tensor-core model)")
+    p.add_argument(
+        "--fidelity",
+        choices=("fast", "exact"),
+        default="fast",
+        help="GEMM accumulation: fast (float32 BLAS partials) or exact (bit-exact tensor-core model)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress display")
     p.add_argument("--json", action="store_true", help="print summary.json to stdout")
 
@@ -460,8 +574,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"fp8sim {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (configure, _fn, help_, epilog) in COMMANDS.items():
-        p = sub.add_parser(name, help=help_, description=help_, epilog=epilog,
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        p = sub.add_parser(
+            name, help=help_, description=help_, epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter
+        )
         configure(p)
     return parser
 

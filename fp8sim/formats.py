@@ -322,47 +322,94 @@ def _same_values(fmt: Format, dt) -> bool:
     return has_inf == fmt.inf and (float(fi.min) < 0) == fmt.signed
 
 
-E4M3 = Format("e4m3", 4, 3, 7, inf=False, nan=NanStyle.OCP,
-              description="OCP FP8 E4M3FN: no inf, NaN only S.1111.111, max 448")
-E5M2 = Format("e5m2", 5, 2, 15, inf=True, nan=NanStyle.IEEE,
-              description="OCP FP8 E5M2: IEEE-like with inf and NaN, max 57344")
-E4M3FNUZ = Format("e4m3fnuz", 4, 3, 8, inf=False, nan=NanStyle.FNUZ,
-                  description="E4M3 with bias 8, no -0 (0x80 is NaN), max 240 (AMD MI300, Graphcore)")
-E5M2FNUZ = Format("e5m2fnuz", 5, 2, 16, inf=False, nan=NanStyle.FNUZ,
-                  description="E5M2 with bias 16, no inf, no -0 (0x80 is NaN)")
-E8M0 = Format("e8m0", 8, 0, 127, signed=False, inf=False, nan=NanStyle.IEEE, subnormals=False,
-              description="OCP MX shared scale: unsigned power of two 2**-127..2**127, 0xFF is NaN, no zero")
-E2M1 = Format("e2m1", 2, 1, 1, inf=False, nan=NanStyle.NONE,
-              description="OCP FP4 (MXFP4/NVFP4 element): no inf/NaN, max 6")
-E2M3 = Format("e2m3", 2, 3, 1, inf=False, nan=NanStyle.NONE,
-              description="OCP FP6 E2M3: no inf/NaN, max 7.5")
-E3M2 = Format("e3m2", 3, 2, 3, inf=False, nan=NanStyle.NONE,
-              description="OCP FP6 E3M2: no inf/NaN, max 28")
-E3M4 = Format("e3m4", 3, 4, 3, inf=True, nan=NanStyle.IEEE,
-              description="IEEE-like 8-bit E3M4 with inf and NaN, max 15.5")
-E5M6 = Format("e5m6", 5, 6, 15, inf=True, nan=NanStyle.IEEE,
-              description="DeepSeek-V3's 12-bit format for the input of the Linear after attention "
-                          "(layout assumed IEEE-like, as FP16 with 6 mantissa bits)")
+E4M3 = Format(
+    "e4m3", 4, 3, 7, inf=False, nan=NanStyle.OCP, description="OCP FP8 E4M3FN: no inf, NaN only S.1111.111, max 448"
+)
+E5M2 = Format(
+    "e5m2", 5, 2, 15, inf=True, nan=NanStyle.IEEE, description="OCP FP8 E5M2: IEEE-like with inf and NaN, max 57344"
+)
+E4M3FNUZ = Format(
+    "e4m3fnuz",
+    4,
+    3,
+    8,
+    inf=False,
+    nan=NanStyle.FNUZ,
+    description="E4M3 with bias 8, no -0 (0x80 is NaN), max 240 (AMD MI300, Graphcore)",
+)
+E5M2FNUZ = Format(
+    "e5m2fnuz", 5, 2, 16, inf=False, nan=NanStyle.FNUZ, description="E5M2 with bias 16, no inf, no -0 (0x80 is NaN)"
+)
+E8M0 = Format(
+    "e8m0",
+    8,
+    0,
+    127,
+    signed=False,
+    inf=False,
+    nan=NanStyle.IEEE,
+    subnormals=False,
+    description="OCP MX shared scale: unsigned power of two 2**-127..2**127, 0xFF is NaN, no zero",
+)
+E2M1 = Format(
+    "e2m1", 2, 1, 1, inf=False, nan=NanStyle.NONE, description="OCP FP4 (MXFP4/NVFP4 element): no inf/NaN, max 6"
+)
+E2M3 = Format("e2m3", 2, 3, 1, inf=False, nan=NanStyle.NONE, description="OCP FP6 E2M3: no inf/NaN, max 7.5")
+E3M2 = Format("e3m2", 3, 2, 3, inf=False, nan=NanStyle.NONE, description="OCP FP6 E3M2: no inf/NaN, max 28")
+E3M4 = Format(
+    "e3m4", 3, 4, 3, inf=True, nan=NanStyle.IEEE, description="IEEE-like 8-bit E3M4 with inf and NaN, max 15.5"
+)
+E5M6 = Format(
+    "e5m6",
+    5,
+    6,
+    15,
+    inf=True,
+    nan=NanStyle.IEEE,
+    description="DeepSeek-V3's 12-bit format for the input of the Linear after attention "
+    "(layout assumed IEEE-like, as FP16 with 6 mantissa bits)",
+)
 BF16 = Format("bf16", 8, 7, 127, inf=True, nan=NanStyle.IEEE, description="bfloat16")
 FP16 = Format("fp16", 5, 10, 15, inf=True, nan=NanStyle.IEEE, description="IEEE 754 binary16")
-TF32 = Format("tf32", 8, 10, 127, inf=True, nan=NanStyle.IEEE,
-              description="NVIDIA TensorFloat-32 (19 bits: fp32 range, fp16 precision)")
+TF32 = Format(
+    "tf32",
+    8,
+    10,
+    127,
+    inf=True,
+    nan=NanStyle.IEEE,
+    description="NVIDIA TensorFloat-32 (19 bits: fp32 range, fp16 precision)",
+)
 FP32 = Format("fp32", 8, 23, 127, inf=True, nan=NanStyle.IEEE, description="IEEE 754 binary32")
 
 CATALOGUE: dict[str, Format] = {
-    f.name: f
-    for f in (E4M3, E5M2, E4M3FNUZ, E5M2FNUZ, E8M0, E2M1, E2M3, E3M2, E3M4, E5M6, BF16, FP16, TF32, FP32)
+    f.name: f for f in (E4M3, E5M2, E4M3FNUZ, E5M2FNUZ, E8M0, E2M1, E2M3, E3M2, E3M4, E5M6, BF16, FP16, TF32, FP32)
 }
 
 _ALIASES = {
-    "e4m3fn": "e4m3", "float8_e4m3fn": "e4m3", "fp8_e4m3": "e4m3",
-    "float8_e5m2": "e5m2", "fp8_e5m2": "e5m2",
-    "float8_e4m3fnuz": "e4m3fnuz", "float8_e5m2fnuz": "e5m2fnuz",
-    "e8m0fnu": "e8m0", "float8_e8m0fnu": "e8m0", "ue8m0": "e8m0",
-    "fp4": "e2m1", "float4_e2m1fn": "e2m1", "e2m1fn": "e2m1",
-    "float6_e2m3fn": "e2m3", "float6_e3m2fn": "e3m2", "float8_e3m4": "e3m4",
-    "bfloat16": "bf16", "float16": "fp16", "half": "fp16", "binary16": "fp16",
-    "float32": "fp32", "single": "fp32", "binary32": "fp32",
+    "e4m3fn": "e4m3",
+    "float8_e4m3fn": "e4m3",
+    "fp8_e4m3": "e4m3",
+    "float8_e5m2": "e5m2",
+    "fp8_e5m2": "e5m2",
+    "float8_e4m3fnuz": "e4m3fnuz",
+    "float8_e5m2fnuz": "e5m2fnuz",
+    "e8m0fnu": "e8m0",
+    "float8_e8m0fnu": "e8m0",
+    "ue8m0": "e8m0",
+    "fp4": "e2m1",
+    "float4_e2m1fn": "e2m1",
+    "e2m1fn": "e2m1",
+    "float6_e2m3fn": "e2m3",
+    "float6_e3m2fn": "e3m2",
+    "float8_e3m4": "e3m4",
+    "bfloat16": "bf16",
+    "float16": "fp16",
+    "half": "fp16",
+    "binary16": "fp16",
+    "float32": "fp32",
+    "single": "fp32",
+    "binary32": "fp32",
 }
 
 

@@ -64,8 +64,9 @@ def _as_float2d(a, name: str) -> np.ndarray | QuantizedTensor:
     if arr.dtype == ml_dtypes.bfloat16:
         arr = arr.astype(np.float32)
     if arr.dtype.kind != "f":
-        raise TypeError(f"fp8sim.gemm: {name} must be a real float array (float32, float64, bfloat16), "
-                        f"got dtype {arr.dtype}")
+        raise TypeError(
+            f"fp8sim.gemm: {name} must be a real float array (float32, float64, bfloat16), got dtype {arr.dtype}"
+        )
     if arr.dtype not in (np.float32, np.float64):
         arr = arr.astype(np.float32)
     if arr.ndim != 2:
@@ -92,8 +93,10 @@ def _check_inputs(x, w, layout: str):
     kx, kw = x.shape[1], w.shape[0]
     if kx != kw:
         wshape = tuple(w.shape) if layout == "kn" else tuple(w.shape)[::-1]
-        raise ValueError(f"fp8sim.gemm: inner dimensions differ: x is {tuple(x.shape)} (K={kx}), "
-                         f"w is {wshape} with layout={layout!r} (K={kw})")
+        raise ValueError(
+            f"fp8sim.gemm: inner dimensions differ: x is {tuple(x.shape)} (K={kx}), "
+            f"w is {wshape} with layout={layout!r} (K={kw})"
+        )
     return x, w
 
 
@@ -103,9 +106,16 @@ def _transpose_q(q: QuantizedTensor) -> QuantizedTensor:
     g = q.granularity
     if isinstance(g, Group):
         g = replace(g, axis=0 if g.axis in (-1, 1) else -1)
-    return replace(q, codes=np.ascontiguousarray(q.codes.T), scales=np.ascontiguousarray(q.scales.T),
-                   shape=tuple(q.shape)[::-1], amax=np.ascontiguousarray(q.amax.T),
-                   block_shape=tuple(q.block_shape)[::-1], granularity=g, _view=None)
+    return replace(
+        q,
+        codes=np.ascontiguousarray(q.codes.T),
+        scales=np.ascontiguousarray(q.scales.T),
+        shape=tuple(q.shape)[::-1],
+        amax=np.ascontiguousarray(q.amax.T),
+        block_shape=tuple(q.block_shape)[::-1],
+        granularity=g,
+        _view=None,
+    )
 
 
 # ------------------------------------------------------------------ quantization
@@ -127,8 +137,16 @@ def quantize_operands(x, w, recipe) -> tuple[QuantizedTensor, QuantizedTensor]:
         if isinstance(a, QuantizedTensor):
             out.append(a)
             continue
-        out.append(_quantize(a, fmt, _gran_along_k(g, name), scale_format=r.scale_format,
-                             scale_rounding=r.scale_rounding, margin=r.margin))
+        out.append(
+            _quantize(
+                a,
+                fmt,
+                _gran_along_k(g, name),
+                scale_format=r.scale_format,
+                scale_rounding=r.scale_rounding,
+                margin=r.margin,
+            )
+        )
     return out[0], out[1]
 
 
@@ -168,10 +186,20 @@ def _pad_k(codes: np.ndarray, Kp: int, axis: int) -> np.ndarray:
 
 
 def _fast_kernel_ok(model: AccumulatorModel) -> bool:
-    return (model.kind == "fused" and model.block == 32 and model.c_mode == "fused" and model.align_rounding == "rz"
-            and model.product_exponent == "nominal" and model.subnormal_exponent == "clamp"
-            and model.out_rounding == "rz" and model.output == "f32" and model.k_order is None
-            and model.zero_sign == "positive" and model.frac_bits <= 13 and model.out_frac_bits <= 13)
+    return (
+        model.kind == "fused"
+        and model.block == 32
+        and model.c_mode == "fused"
+        and model.align_rounding == "rz"
+        and model.product_exponent == "nominal"
+        and model.subnormal_exponent == "clamp"
+        and model.out_rounding == "rz"
+        and model.output == "f32"
+        and model.k_order is None
+        and model.zero_sign == "positive"
+        and model.frac_bits <= 13
+        and model.out_frac_bits <= 13
+    )
 
 
 _MODES = {"fma": _K.SCALE_FMA, "mul-add": _K.SCALE_MUL_ADD}
@@ -180,8 +208,12 @@ _MODES = {"fma": _K.SCALE_FMA, "mul-add": _K.SCALE_MUL_ADD}
 def _fma32(a, b, c):
     a, b, c = np.broadcast_arrays(np.asarray(a, np.float32), np.asarray(b, np.float32), np.asarray(c, np.float32))
     out = np.empty(a.shape, np.float32)
-    _K.fma32_array(np.ascontiguousarray(a).ravel(), np.ascontiguousarray(b).ravel(),
-                   np.ascontiguousarray(c).ravel(), out.reshape(-1))
+    _K.fma32_array(
+        np.ascontiguousarray(a).ravel(),
+        np.ascontiguousarray(b).ravel(),
+        np.ascontiguousarray(c).ravel(),
+        out.reshape(-1),
+    )
     return out
 
 
@@ -194,9 +226,22 @@ def _combine(tot, part, s, mode):
     return (tot + part).astype(np.float32)
 
 
-def scaled_matmul(a_codes, b_codes, sa, sb, *, a_format, b_format, kscale, accumulator="wgmma",
-                  promote_every=128, scale_at="promotion", scale_application="fma", fidelity="exact",
-                  backend="cpu"):
+def scaled_matmul(
+    a_codes,
+    b_codes,
+    sa,
+    sb,
+    *,
+    a_format,
+    b_format,
+    kscale,
+    accumulator="wgmma",
+    promote_every=128,
+    scale_at="promotion",
+    scale_application="fma",
+    fidelity="exact",
+    backend="cpu",
+):
     """The FP8 core of :func:`gemm` on codes: ``a_codes (M, Kp)``, ``b_codes (Kp, N)`` uint8 (Kp a
     multiple of 32, already padded), ``sa (M, nks)``, ``sb (nks, N)`` float32 scales per K block of
     ``kscale`` elements (``nks == 1`` for ``scale_at="epilogue"``).  Returns the fp32 result."""
@@ -206,8 +251,10 @@ def scaled_matmul(a_codes, b_codes, sa, sb, *, a_format, b_format, kscale, accum
     P = 0 if promote_every is None else int(promote_every)
     if scale_at == "promotion":
         if P == 0 or kscale % P:
-            raise ValueError(f"scales applied at promotion need promote_every dividing the K scale block "
-                             f"({kscale}), got {promote_every}")
+            raise ValueError(
+                f"scales applied at promotion need promote_every dividing the K scale block "
+                f"({kscale}), got {promote_every}"
+            )
         mode = _MODES[scale_application]
     else:
         if sa.shape[1] != 1 or sb.shape[0] != 1:
@@ -218,8 +265,10 @@ def scaled_matmul(a_codes, b_codes, sa, sb, *, a_format, b_format, kscale, accum
     model = None if accumulator == "fp64" else get_model(accumulator)
     if backend == "cupy":
         if not (fidelity == "exact" and model is not None and _fast_kernel_ok(model)):
-            raise NotImplementedError("backend='cupy' implements the fused wgmma-type accumulator models "
-                                      f"(fidelity='exact') only, not {accumulator!r} / {fidelity!r}")
+            raise NotImplementedError(
+                "backend='cupy' implements the fused wgmma-type accumulator models "
+                f"(fidelity='exact') only, not {accumulator!r} / {fidelity!r}"
+            )
         keep = int(np.uint32((0xFFFFFFFF << (23 - model.out_frac_bits)) & 0xFFFFFFFF).view(np.int32))
         return _K.cupy_wgmma_gemm(a_codes, b_codes, fa, fb, sa, sb, int(kscale), P, mode, int(model.frac_bits), keep)
     if fidelity == "exact" and model is not None and _fast_kernel_ok(model):
@@ -230,8 +279,21 @@ def scaled_matmul(a_codes, b_codes, sa, sb, *, a_format, b_format, kscale, accum
         out = np.empty((M, N), np.float32)
         keep = np.int32(np.uint32((0xFFFFFFFF << (23 - model.out_frac_bits)) & 0xFFFFFFFF).view(np.int32))
         with np.errstate(all="ignore"):
-            _K.wgmma_gemm(va[a_codes], ea[a_codes], vb[b_codes], eb[b_codes], sa, sb, int(kscale), P, mode,
-                          int(model.frac_bits), keep, askip, out)
+            _K.wgmma_gemm(
+                va[a_codes],
+                ea[a_codes],
+                vb[b_codes],
+                eb[b_codes],
+                sa,
+                sb,
+                int(kscale),
+                P,
+                mode,
+                int(model.frac_bits),
+                keep,
+                askip,
+                out,
+            )
         return out
     # general path: one partial per promotion interval, combined in fp32 here
     Av = _decode(a_codes, fa)
@@ -252,7 +314,7 @@ def scaled_matmul(a_codes, b_codes, sa, sb, *, a_format, b_format, kscale, accum
             tot = part
             break
         kb = k0 // kscale if mode != _K.SCALE_EPILOGUE else 0
-        s = (sa[:, kb:kb + 1] * sb[kb:kb + 1, :]).astype(np.float32)
+        s = (sa[:, kb : kb + 1] * sb[kb : kb + 1, :]).astype(np.float32)
         with np.errstate(all="ignore"):
             tot = _combine(tot, part, s, mode)
     if mode == _K.SCALE_EPILOGUE:
@@ -308,9 +370,21 @@ def _fp8(qx: QuantizedTensor, qw: QuantizedTensor, r: Recipe, fidelity: str, bac
     sa, sb, kscale, nks = _k_scales(qx, qw, Kp)
     A = _pad_k(qx.codes, Kp, 1)
     B = _pad_k(qw.codes, Kp, 0)
-    y32 = scaled_matmul(A, B, sa, sb, a_format=qx.format, b_format=qw.format, kscale=kscale,
-                        accumulator=r.accumulator, promote_every=r.promote_every, scale_at=r.scale_at,
-                        scale_application=r.scale_application, fidelity=fidelity, backend=backend)
+    y32 = scaled_matmul(
+        A,
+        B,
+        sa,
+        sb,
+        a_format=qx.format,
+        b_format=qw.format,
+        kscale=kscale,
+        accumulator=r.accumulator,
+        promote_every=r.promote_every,
+        scale_at=r.scale_at,
+        scale_application=r.scale_application,
+        fidelity=fidelity,
+        backend=backend,
+    )
     return y32, (A, B, sa, sb, kscale)
 
 
@@ -323,7 +397,8 @@ def _metric_dict(ref, approx) -> dict:
         "rel_frobenius": _metrics.rel_frobenius_error(ref[fin], approx[fin]) if fin.any() else float("nan"),
         "max_rel_error": _metrics.max_rel_error(ref[fin], approx[fin]) if fin.any() else float("nan"),
         "median_rel_error": float(np.median(np.abs(approx[fin] - ref[fin]) / np.maximum(np.abs(ref[fin]), 1e-300)))
-        if fin.any() else float("nan"),
+        if fin.any()
+        else float("nan"),
         "n_nonfinite": int((~fin).sum()),
     }
 
@@ -338,9 +413,11 @@ def _term(ref, base, on) -> dict:
     with np.errstate(all="ignore"):
         rel = np.abs(d[fin]) / np.abs(ref[fin])
     rel = rel[np.isfinite(rel)]
-    return {"rel_frobenius": (nd / nr) if nr > 0 else (0.0 if nd == 0 else float("inf")),
-            "max_rel_error": float(rel.max()) if rel.size else 0.0,
-            "median_rel_error": float(np.median(rel)) if rel.size else 0.0}
+    return {
+        "rel_frobenius": (nd / nr) if nr > 0 else (0.0 if nd == 0 else float("inf")),
+        "max_rel_error": float(rel.max()) if rel.size else 0.0,
+        "median_rel_error": float(np.median(rel)) if rel.size else 0.0,
+    }
 
 
 @dataclass
@@ -367,12 +444,14 @@ class GemmReport:
 
     def __str__(self) -> str:
         M, K, N = self.shape
-        lines = [f"fp8sim.gemm report: recipe {self.recipe!r}, M={M} K={K} N={N}",
-                 f"  vs fp64: rel. Frobenius {self.error['rel_frobenius']:.3e}, max rel. "
-                 f"{self.error['max_rel_error']:.3e}, median rel. {self.error['median_rel_error']:.3e}",
-                 f"  vs bf16 recipe: rel. Frobenius {self.error_vs_bf16['rel_frobenius']:.3e}; "
-                 f"bf16 recipe vs fp64: {self.bf16_error['rel_frobenius']:.3e}",
-                 "  error sources switched on one at a time (rel. Frobenius of the change / max rel.):"]
+        lines = [
+            f"fp8sim.gemm report: recipe {self.recipe!r}, M={M} K={K} N={N}",
+            f"  vs fp64: rel. Frobenius {self.error['rel_frobenius']:.3e}, max rel. "
+            f"{self.error['max_rel_error']:.3e}, median rel. {self.error['median_rel_error']:.3e}",
+            f"  vs bf16 recipe: rel. Frobenius {self.error_vs_bf16['rel_frobenius']:.3e}; "
+            f"bf16 recipe vs fp64: {self.bf16_error['rel_frobenius']:.3e}",
+            "  error sources switched on one at a time (rel. Frobenius of the change / max rel.):",
+        ]
         for k, v in self.terms.items():
             lines.append(f"    {k:<16s} {v['rel_frobenius']:.3e}  {v['max_rel_error']:.3e}")
         for k, v in self.counts.items():
@@ -413,8 +492,8 @@ def _report(x, w, qx, qw, r: Recipe, y, y32, parts) -> GemmReport:
         for k0 in range(0, Kp, step):
             k1 = min(Kp, k0 + step)
             kb = k0 // kscale if r.scale_at == "promotion" else 0
-            s_ex = sa64[:, kb:kb + 1] * sb64[kb:kb + 1, :]
-            s_32 = (sa[:, kb:kb + 1] * sb[kb:kb + 1, :]).astype(np.float32).astype(np.float64)
+            s_ex = sa64[:, kb : kb + 1] * sb64[kb : kb + 1, :]
+            s_32 = (sa[:, kb : kb + 1] * sb[kb : kb + 1, :]).astype(np.float32).astype(np.float64)
             pe = xe_p[:, k0:k1] @ we_p[k0:k1]
             ratio = np.where(s_ex != 0, s_32 / np.where(s_ex != 0, s_ex, 1), 1.0)
             ys += ratio * pe
@@ -424,10 +503,18 @@ def _report(x, w, qx, qw, r: Recipe, y, y32, parts) -> GemmReport:
             if r.accumulator == "fp64":
                 pm = pq
             else:
-                pm = scaled_matmul(A[:, k0:k1], B[k0:k1], np.ones((M, 1), np.float32), np.ones((1, N), np.float32),
-                                   a_format=qx.format, b_format=qw.format, kscale=k1 - k0,
-                                   accumulator=r.accumulator, promote_every=None,
-                                   scale_at="epilogue").astype(np.float64)
+                pm = scaled_matmul(
+                    A[:, k0:k1],
+                    B[k0:k1],
+                    np.ones((M, 1), np.float32),
+                    np.ones((1, N), np.float32),
+                    a_format=qx.format,
+                    b_format=qw.format,
+                    kscale=k1 - k0,
+                    accumulator=r.accumulator,
+                    promote_every=None,
+                    scale_at="epilogue",
+                ).astype(np.float64)
             part_model.append((s_ex, pm))
         terms["scale_rounding"] = _term(ref, yexact_s, ys)
         y_acc = sum(s * p for s, p in part_model)
@@ -443,19 +530,20 @@ def _report(x, w, qx, qw, r: Recipe, y, y32, parts) -> GemmReport:
                 kb = k0 // kscale if r.scale_at == "promotion" else 0
                 p32 = pq.astype(np.float32)
                 if r.scale_at == "promotion":
-                    s32 = (sa[:, kb:kb + 1] * sb[kb:kb + 1, :]).astype(np.float32)
+                    s32 = (sa[:, kb : kb + 1] * sb[kb : kb + 1, :]).astype(np.float32)
                     tot = _combine(tot, p32, s32, _MODES[r.scale_application])
                     base += s32.astype(np.float64) * p32
                 else:
                     tot = (tot + p32).astype(np.float32)
                     base += p32
             if r.scale_at == "epilogue":
-                s = (sa64[:, :1] * sb64[:1, :])
+                s = sa64[:, :1] * sb64[:1, :]
                 tot = tot.astype(np.float64) * s
                 base = base * s
             terms["promotion"] = _term(ref, base, tot)
-        terms["output_cast"] = _term(ref, y_q, _cast_out(y_q, r.output_format) if r.output_format != "fp32"
-                                     else y_q.astype(np.float32))
+        terms["output_cast"] = _term(
+            ref, y_q, _cast_out(y_q, r.output_format) if r.output_format != "fp32" else y_q.astype(np.float32)
+        )
     blocks = {}
     counts = {}
     for name, a, q in (("x", xin, qx), ("w", win, qw)):
@@ -464,14 +552,26 @@ def _report(x, w, qx, qw, r: Recipe, y, y32, parts) -> GemmReport:
         st = _metrics.block_stats(a, q)
         blocks[name] = {"n_saturated": st["n_saturated"], "n_underflow": st["n_underflow"]}
         counts[f"{name}: saturated / underflowed / non-finite elements"] = (
-            int(st["n_saturated"].sum()), int(st["n_underflow"].sum()), int((~np.isfinite(a)).sum()))
-    return GemmReport(r.name, (M, K, N), _metric_dict(ref, y), _metric_dict(bf, y), _metric_dict(ref, bf),
-                      terms, blocks, counts)
+            int(st["n_saturated"].sum()),
+            int(st["n_underflow"].sum()),
+            int((~np.isfinite(a)).sum()),
+        )
+    return GemmReport(
+        r.name, (M, K, N), _metric_dict(ref, y), _metric_dict(bf, y), _metric_dict(ref, bf), terms, blocks, counts
+    )
 
 
 # ------------------------------------------------------------------ public
-def gemm(x, w, recipe="deepseek-v3", *, report: bool = False, layout: str = "kn", backend: str = "cpu",
-         fidelity: str = "exact"):
+def gemm(
+    x,
+    w,
+    recipe="deepseek-v3",
+    *,
+    report: bool = False,
+    layout: str = "kn",
+    backend: str = "cpu",
+    fidelity: str = "exact",
+):
     """``y = x @ w`` as the FP8 GEMM ``recipe`` describes.
 
     Parameters
@@ -504,8 +604,13 @@ def gemm(x, w, recipe="deepseek-v3", *, report: bool = False, layout: str = "kn"
             xe, we = np.asarray(x, np.float64), np.asarray(w, np.float64)
             ref = xe @ we
             bf = _wide(xe, we, _get_recipe("bf16"))
-            return y, GemmReport(r.name, (x.shape[0], x.shape[1], w.shape[1]), _metric_dict(ref, y),
-                                 _metric_dict(bf, y), _metric_dict(ref, bf))
+            return y, GemmReport(
+                r.name,
+                (x.shape[0], x.shape[1], w.shape[1]),
+                _metric_dict(ref, y),
+                _metric_dict(bf, y),
+                _metric_dict(ref, bf),
+            )
         return y
     qx, qw = quantize_operands(x, w, r)
     if qx.format.bits != 8 or qw.format.bits != 8:

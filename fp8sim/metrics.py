@@ -21,8 +21,14 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = [
-    "rel_frobenius_error", "max_rel_error", "sqnr_db", "fraction_saturated", "fraction_underflow",
-    "fraction_subnormal", "block_stats", "summary",
+    "rel_frobenius_error",
+    "max_rel_error",
+    "sqnr_db",
+    "fraction_saturated",
+    "fraction_underflow",
+    "fraction_subnormal",
+    "block_stats",
+    "summary",
 ]
 
 

@@ -12,8 +12,14 @@ import numpy as np  # noqa: E402
 
 from . import formats, rounding  # noqa: E402
 
-STYLE: Any = {"figure.dpi": 110, "axes.grid": True, "grid.alpha": 0.3, "axes.spines.top": False,
-         "axes.spines.right": False, "font.size": 9}
+STYLE: Any = {
+    "figure.dpi": 110,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "font.size": 9,
+}
 
 
 def rounding_error_figure(path, names=("e4m3", "e5m2", "e4m3fnuz", "e3m4", "e2m1", "bf16"), n: int = 40000):
@@ -38,8 +44,13 @@ def rounding_error_figure(path, names=("e4m3", "e5m2", "e4m3fnuz", "e3m4", "e2m1
             edges = np.flatnonzero(np.diff(bins)) + 1
             env = np.maximum.reduceat(rel, np.r_[0, edges])
             xb = x[np.r_[0, edges]]
-            line, = ax.plot(xb, np.maximum(env, 1e-9), lw=1.2, drawstyle="steps-post",
-                            label=f"{name}  (u = 2^-{f.mbits + 1}, max {f.max:.4g})")
+            (line,) = ax.plot(
+                xb,
+                np.maximum(env, 1e-9),
+                lw=1.2,
+                drawstyle="steps-post",
+                label=f"{name}  (u = 2^-{f.mbits + 1}, max {f.max:.4g})",
+            )
             if np.log2(f.max) < hi_all:
                 ax.axvline(f.max, color=line.get_color(), lw=0.6, ls=":")
         ax.set_xscale("log", base=2)

@@ -71,10 +71,18 @@ def _known(kind: str):
 OPTIONS: dict[str, dict[str, str]] = {
     "": {"seed": "int0", "quick": "bool", "studies": "studies"},
     "rounding": {"formats": "formats", "modes": "modes", "samples": "int"},
-    "granularity": {"shape": "shape", "formats": "formats", "distributions": "distributions/granularity",
-                    "granularities": "granularities"},
-    "accumulation": {"k_max": "int", "size": "int", "distributions": "distributions/accumulation",
-                     "recipes": "recipes"},
+    "granularity": {
+        "shape": "shape",
+        "formats": "formats",
+        "distributions": "distributions/granularity",
+        "granularities": "granularities",
+    },
+    "accumulation": {
+        "k_max": "int",
+        "size": "int",
+        "distributions": "distributions/accumulation",
+        "recipes": "recipes",
+    },
     "tensorcore": {"captures": "path"},
     "training": {"recipes": "recipes", "steps": "int", "fidelity": "fidelity"},
 }
@@ -101,8 +109,11 @@ def _check_value(where: str, kind: str, v):
             fail('"fast" or "exact"')
         return v
     if kind == "shape":
-        if (not isinstance(v, list) or len(v) != 2
-                or not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in v)):
+        if (
+            not isinstance(v, list)
+            or len(v) != 2
+            or not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in v)
+        ):
             fail("two positive integers [rows, cols]")
         return v
     if not isinstance(v, list) or not v or not all(isinstance(n, str) for n in v):
@@ -116,6 +127,7 @@ def _check_value(where: str, kind: str, v):
         return v
     if kind == "recipes":
         from .recipes import recipe
+
         for n in v:
             try:
                 recipe(n)
@@ -145,7 +157,7 @@ def validate_config(cfg: dict, source: str = "config") -> dict:
                     raise ConfigError(f"{source}: [{key}] has no option {opt!r}; known: {', '.join(OPTIONS[key])}")
                 _check_value(f"{source}: [{key}] {opt}", OPTIONS[key][opt], val)
         else:
-            raise ConfigError(f"{source}: unknown key {key!r}; known: {', '.join(list(OPTIONS[''])+sections)}")
+            raise ConfigError(f"{source}: unknown key {key!r}; known: {', '.join(list(OPTIONS['']) + sections)}")
     return cfg
 
 
@@ -168,8 +180,9 @@ def load_config(path) -> dict:
             try:
                 import tomli as tomllib  # type: ignore[no-redef]
             except ModuleNotFoundError:
-                raise ConfigError("TOML config files need Python >= 3.11 or the tomli package; "
-                                  "or write the config as .json") from None
+                raise ConfigError(
+                    "TOML config files need Python >= 3.11 or the tomli package; or write the config as .json"
+                ) from None
         try:
             cfg = tomllib.loads(text.decode())
         except (ValueError, UnicodeDecodeError) as e:
@@ -234,20 +247,27 @@ def mode_errors(names=ROUNDING_FORMATS, n: int = 200_000, seed: int = 0, modes=M
             y = rounding.round(pos, f, mode, seed=seed if mode == "sr" else None).astype(np.float64)
             ys = rounding.round(x, f, mode, seed=seed if mode == "sr" else None).astype(np.float64)
             rel = np.abs(ys - x) / np.abs(x)
-            rows.append({
-                "format": name, "mode": mode,
-                "mean_rel_error": float(rel.mean()),
-                "max_rel_error": float(rel.max()),
-                "rel_bias": float((y - pos).sum() / pos.astype(np.float64).sum()),
-            })
+            rows.append(
+                {
+                    "format": name,
+                    "mode": mode,
+                    "mean_rel_error": float(rel.mean()),
+                    "max_rel_error": float(rel.max()),
+                    "rel_bias": float((y - pos).sum() / pos.astype(np.float64).sum()),
+                }
+            )
     return rows
 
 
 def study_rounding(out: Path, quick: bool, progress: bool, opts: dict) -> dict:
     """Rounding error per binade and per mode (options: formats, modes, samples)."""
     fig1 = plotting.rounding_error_figure(out / "rounding_error.png")
-    rows = mode_errors(names=opts.get("formats", ROUNDING_FORMATS), modes=opts.get("modes", MODES),
-                       n=opts.get("samples", 50_000 if quick else 400_000), seed=opts["seed"])
+    rows = mode_errors(
+        names=opts.get("formats", ROUNDING_FORMATS),
+        modes=opts.get("modes", MODES),
+        n=opts.get("samples", 50_000 if quick else 400_000),
+        seed=opts["seed"],
+    )
     fig2 = plotting.mode_error_figure(out / "rounding_modes.png", rows)
     csv_path = write_csv(out / "rounding_modes.csv", rows)
     first = rows[0]["format"]
@@ -256,18 +276,29 @@ def study_rounding(out: Path, quick: bool, progress: bool, opts: dict) -> dict:
     def quote(mode, key, fmt):
         return f"{mode.upper()} {key.replace('_', ' ')} {e4[mode][key]:{fmt}}" if mode in e4 else None
 
-    quoted = [q for q in (quote("rne", "mean_rel_error", ".4f"), quote("rtz", "rel_bias", "+.4f"),
-                          quote("sr", "rel_bias", "+.5f")) if q]
+    quoted = [
+        q
+        for q in (
+            quote("rne", "mean_rel_error", ".4f"),
+            quote("rtz", "rel_bias", "+.4f"),
+            quote("sr", "rel_bias", "+.5f"),
+        )
+        if q
+    ]
     text = (
         "<p>Worst relative error of round-to-nearest-even in each binade: flat at the unit roundoff "
         "2<sup>-(m+1)</sup> in the normal range, growing in the subnormal range. "
         "Right: mean error and bias of each rounding mode on positive log-normal data. Directed modes are "
         "biased by about half an ulp; stochastic rounding (sr) is unbiased at the cost of a larger mean error. "
-        + (f"{first.upper()}: {', '.join(quoted)}." if quoted else "") + "</p>"
+        + (f"{first.upper()}: {', '.join(quoted)}." if quoted else "")
+        + "</p>"
     )
     return {
-        "id": "rounding", "title": "Rounding error per format and mode", "html": text,
-        "figures": [fig1, fig2], "csv": [csv_path],
+        "id": "rounding",
+        "title": "Rounding error per format and mode",
+        "html": text,
+        "figures": [fig1, fig2],
+        "csv": [csv_path],
         "numbers": {f"{r['format']}/{r['mode']}": {k: r[k] for k in ("mean_rel_error", "rel_bias")} for r in rows},
     }
 
@@ -286,20 +317,30 @@ def study_granularity(out: Path, quick: bool, progress: bool, opts: dict) -> dic
             row = {"distribution": d, "format": f}
             row.update({g: key.get((d, f, g), float("nan")) for g in gran})
             rows.append(row)
-    text = ("<p>SQNR (dB, higher is better) of every granularity with its default scale policy, on synthetic "
-            "tensors that mimic LLM training data. Per-tensor scaling lets one outlier set the scale for "
-            "everything; 1x128 tiles (DeepSeek-V3 activations) and 128x128 blocks (weights) confine it.</p>"
-            + html_table(rows))
-    return {"id": "granularity", "title": "Scaling granularity", "html": text,
-            "figures": [p for p in res["figures"]], "csv": [res["csv"]],
-            "numbers": {f"{d}/{f}/{g}": v for (d, f, g), v in key.items()}}
+    text = (
+        "<p>SQNR (dB, higher is better) of every granularity with its default scale policy, on synthetic "
+        "tensors that mimic LLM training data. Per-tensor scaling lets one outlier set the scale for "
+        "everything; 1x128 tiles (DeepSeek-V3 activations) and 128x128 blocks (weights) confine it.</p>"
+        + html_table(rows)
+    )
+    return {
+        "id": "granularity",
+        "title": "Scaling granularity",
+        "html": text,
+        "figures": [p for p in res["figures"]],
+        "csv": [res["csv"]],
+        "numbers": {f"{d}/{f}/{g}": v for (d, f, g), v in key.items()},
+    }
 
 
 def capture_dir() -> Path | None:
     """Where the hardware captures are: $FP8SIM_CAPTURES, ./tests/data (a source checkout, the
     README's set-up) or the checkout this package was installed from in development mode."""
-    for cand in (os.environ.get("FP8SIM_CAPTURES"), "tests/data",
-                 Path(__file__).resolve().parent.parent / "tests" / "data"):
+    for cand in (
+        os.environ.get("FP8SIM_CAPTURES"),
+        "tests/data",
+        Path(__file__).resolve().parent.parent / "tests" / "data",
+    ):
         if cand and Path(cand).is_dir() and any(Path(cand).glob("*.npz")):
             return Path(cand)
     return None
@@ -325,14 +366,22 @@ def study_tensorcore(out: Path, quick: bool, progress: bool, opts: dict) -> dict
     rows = [dict(v, match_rate=v["bit_exact"] / v["outputs"]) for v in per_model.values()]
     if rows:
         csv_path = write_csv(out / "tensorcore_validation.csv", rows)
-        text = ("<p>Each accumulator model against outputs captured from an NVIDIA H200 (sm_90) and "
-                "shipped with fp8sim (<code>fp8sim verify FILE</code>): the share of outputs reproduced "
-                "bit for bit.</p>" + html_table(rows))
+        text = (
+            "<p>Each accumulator model against outputs captured from an NVIDIA H200 (sm_90) and "
+            "shipped with fp8sim (<code>fp8sim verify FILE</code>): the share of outputs reproduced "
+            "bit for bit.</p>" + html_table(rows)
+        )
         csvs = [csv_path]
     else:
         text, csvs = "<p>No hardware captures found next to this installation.</p>", []
-    return {"id": "tensorcore", "title": "Tensor-core models: hardware validation", "html": text,
-            "figures": [], "csv": csvs, "numbers": {r["model"]: r["match_rate"] for r in rows}}
+    return {
+        "id": "tensorcore",
+        "title": "Tensor-core models: hardware validation",
+        "html": text,
+        "figures": [],
+        "csv": csvs,
+        "numbers": {r["model"]: r["match_rate"] for r in rows},
+    }
 
 
 def study_accumulation(out: Path, quick: bool, progress: bool, opts: dict) -> dict:
@@ -344,23 +393,49 @@ def study_accumulation(out: Path, quick: bool, progress: bool, opts: dict) -> di
     rows = []
     for key, v in head.items():
         if isinstance(key, tuple):
-            rows.append({"source": "fp8sim model", "inputs": key[0], "accumulation": key[1],
-                         "max rel. error": v["max_rel"], "median rel. error": v["median_rel"]})
+            rows.append(
+                {
+                    "source": "fp8sim model",
+                    "inputs": key[0],
+                    "accumulation": key[1],
+                    "max rel. error": v["max_rel"],
+                    "median rel. error": v["median_rel"],
+                }
+            )
     model_rows = list(rows)
     for key, v in (head.get("h200") or {}).items():
-        rows.append({"source": "H200, measured (K = 4096)", "inputs": key[0], "accumulation": key[1],
-                     "max rel. error": v.get("max_rel", float("nan")), "median rel. error": v["median_rel"]})
-    text = (f"<p>Relative error of an E4M3 GEMM with the bit-exact H200 <code>wgmma</code> accumulator "
-            f"(13 fraction bits, truncation) against fp64, at K = {head['K']}, with and without promotion to "
-            f"FP32 every 128 elements, next to the numbers measured on the H200. DeepSeek-V3 reports a maximum "
-            f"relative error of \"nearly 2%\" at K = 4096 without promotion (input distribution not stated): "
-            f"all-positive inputs give more, zero-mean inputs far less.</p>" + (html_table(rows) if rows else ""))
+        rows.append(
+            {
+                "source": "H200, measured (K = 4096)",
+                "inputs": key[0],
+                "accumulation": key[1],
+                "max rel. error": v.get("max_rel", float("nan")),
+                "median rel. error": v["median_rel"],
+            }
+        )
+    text = (
+        f"<p>Relative error of an E4M3 GEMM with the bit-exact H200 <code>wgmma</code> accumulator "
+        f"(13 fraction bits, truncation) against fp64, at K = {head['K']}, with and without promotion to "
+        f"FP32 every 128 elements, next to the numbers measured on the H200. DeepSeek-V3 reports a maximum "
+        f'relative error of "nearly 2%" at K = 4096 without promotion (input distribution not stated): '
+        f"all-positive inputs give more, zero-mean inputs far less.</p>" + (html_table(rows) if rows else "")
+    )
     rows = model_rows
     numbers = {"K": head["K"]}
-    numbers.update({f"{r['inputs']}/{r['accumulation']}": {"max": r["max rel. error"],
-                                                           "median": r["median rel. error"]} for r in rows})
-    return {"id": "accumulation", "title": "Tensor-core accumulation and promotion", "html": text,
-            "figures": list(res["figures"]), "csv": [res["csv"]], "numbers": numbers}
+    numbers.update(
+        {
+            f"{r['inputs']}/{r['accumulation']}": {"max": r["max rel. error"], "median": r["median rel. error"]}
+            for r in rows
+        }
+    )
+    return {
+        "id": "accumulation",
+        "title": "Tensor-core accumulation and promotion",
+        "html": text,
+        "figures": list(res["figures"]),
+        "csv": [res["csv"]],
+        "numbers": numbers,
+    }
 
 
 def study_training(out: Path, quick: bool, progress: bool, opts: dict) -> dict:
@@ -374,20 +449,36 @@ def study_training(out: Path, quick: bool, progress: bool, opts: dict) -> dict:
     rows, numbers = [], {"steps": steps}
     for name, r in summary["recipes"].items():
         rel = r["rel_loss_error_vs_bf16"]
-        rows.append({"recipe": name, "final loss (mean of last 10 %)": r["final_loss_last10pct_mean"],
-                     "rel. loss error vs bf16": rel["mean_abs"] if rel else "reference",
-                     "FP8 elements flushed to zero": r["frac_underflow"], "non-finite steps": r["nonfinite_steps"],
-                     "s/step": r["s_per_step"]})
-        numbers[name] = {"final_loss": r["final_loss_last10pct_mean"], "rel_loss_error": rel["mean_abs"] if rel else None}
+        rows.append(
+            {
+                "recipe": name,
+                "final loss (mean of last 10 %)": r["final_loss_last10pct_mean"],
+                "rel. loss error vs bf16": rel["mean_abs"] if rel else "reference",
+                "FP8 elements flushed to zero": r["frac_underflow"],
+                "non-finite steps": r["nonfinite_steps"],
+                "s/step": r["s_per_step"],
+            }
+        )
+        numbers[name] = {
+            "final_loss": r["final_loss_last10pct_mean"],
+            "rel_loss_error": rel["mean_abs"] if rel else None,
+        }
     csvs = [str(sub / "losses.csv"), str(sub / "layer_stats.csv")]
-    text = (f"<p>A small transformer LM trained for {steps} steps from the same initialization and batches with "
-            f"each recipe; every Linear layer's Fprop, Dgrad and Wgrad GEMM runs through the recipe. The relative "
-            f"loss error is the mean of |L - L<sub>bf16</sub>| / L<sub>bf16</sub> over the last 10 % of steps. "
-            f"DeepSeek-V3 reports below {DEEPSEEK_V3_REL_LOSS_ERROR:.2%} for its 671B model; at this model size "
-            f"the number is dominated by run-to-run divergence (see the training docs).</p>"
-            + html_table(rows))
-    return {"id": "training", "title": "Training against BF16", "html": text,
-            "figures": [str(sub / f) for f in summary.get("figures", [])], "csv": csvs, "numbers": numbers}
+    text = (
+        f"<p>A small transformer LM trained for {steps} steps from the same initialization and batches with "
+        f"each recipe; every Linear layer's Fprop, Dgrad and Wgrad GEMM runs through the recipe. The relative "
+        f"loss error is the mean of |L - L<sub>bf16</sub>| / L<sub>bf16</sub> over the last 10 % of steps. "
+        f"DeepSeek-V3 reports below {DEEPSEEK_V3_REL_LOSS_ERROR:.2%} for its 671B model; at this model size "
+        f"the number is dominated by run-to-run divergence (see the training docs).</p>" + html_table(rows)
+    )
+    return {
+        "id": "training",
+        "title": "Training against BF16",
+        "html": text,
+        "figures": [str(sub / f) for f in summary.get("figures", [])],
+        "csv": csvs,
+        "numbers": numbers,
+    }
 
 
 STUDIES = [study_formats, study_rounding, study_granularity, study_accumulation, study_tensorcore, study_training]
@@ -420,8 +511,12 @@ def environment() -> dict:
     import numba
 
     return {
-        "fp8sim": __version__, "python": platform.python_version(), "numpy": np.__version__,
-        "numba": numba.__version__, "ml_dtypes": ml_dtypes.__version__, "platform": platform.platform(),
+        "fp8sim": __version__,
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "numba": numba.__version__,
+        "ml_dtypes": ml_dtypes.__version__,
+        "platform": platform.platform(),
         "cpus": os.cpu_count(),
     }
 
@@ -433,8 +528,9 @@ def _timed_study(study, out: Path, quick: bool, progress: bool, opts: dict) -> d
     return sec
 
 
-def build(out_dir, *, quick: bool = False, progress: bool = True, studies=None, config: dict | None = None,
-          jobs: int = 1) -> dict:
+def build(
+    out_dir, *, quick: bool = False, progress: bool = True, studies=None, config: dict | None = None, jobs: int = 1
+) -> dict:
     """Run the studies and write ``index.html`` and ``summary.json`` in ``out_dir``.
 
     ``studies`` is a list of study functions or names (default: all, or the config's
@@ -489,8 +585,13 @@ def build(out_dir, *, quick: bool = False, progress: bool = True, studies=None, 
         bar.close()
     env = environment()
     summary = {
-        "fp8sim": __version__, "quick": quick, "seed": seed, "config": config,
-        "seconds": round(time.perf_counter() - t0, 2), "environment": env, "sections": {s["id"]: s["numbers"] for s in sections},
+        "fp8sim": __version__,
+        "quick": quick,
+        "seed": seed,
+        "config": config,
+        "seconds": round(time.perf_counter() - t0, 2),
+        "environment": env,
+        "sections": {s["id"]: s["numbers"] for s in sections},
         "files": sorted(os.path.relpath(p, out) for s in sections for p in s["figures"] + s["csv"]),
         "index": str(out / "index.html"),
     }
@@ -498,10 +599,14 @@ def build(out_dir, *, quick: bool = False, progress: bool = True, studies=None, 
     body = []
     for s in sections:
         figs = "".join(_embed(p) for p in s["figures"])
-        links = " ".join(f'<a href="{html.escape(os.path.relpath(p, out))}">{html.escape(os.path.relpath(p, out))}</a>'
-                         for p in s["csv"])
-        body.append(f'<section id="{s["id"]}"><h2>{html.escape(s["title"])}</h2>{s["html"]}{figs}'
-                    f'<p class="env">data: {links} · {s["seconds"]} s</p></section>')
+        links = " ".join(
+            f'<a href="{html.escape(os.path.relpath(p, out))}">{html.escape(os.path.relpath(p, out))}</a>'
+            for p in s["csv"]
+        )
+        body.append(
+            f'<section id="{s["id"]}"><h2>{html.escape(s["title"])}</h2>{s["html"]}{figs}'
+            f'<p class="env">data: {links} · {s["seconds"]} s</p></section>'
+        )
     env_html = html_table([{"key": k, "value": v} for k, v in env.items()])
     page = (
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>"

@@ -50,12 +50,26 @@ __all__ = ["MODES", "round", "encode", "decode", "decode_table", "sr_random_bits
 
 MODES = {"rne": K.RNE, "rna": K.RNA, "rtz": K.RTZ, "rup": K.RUP, "rdn": K.RDN, "rto": K.RTO, "sr": K.SR}
 _MODE_ALIASES = {
-    "nearest": "rne", "rn": "rne", "even": "rne", "tiestoeven": "rne",
-    "away": "rna", "tiestoaway": "rna",
-    "zero": "rtz", "rz": "rtz", "towardzero": "rtz", "truncate": "rtz",
-    "up": "rup", "ru": "rup", "ceil": "rup", "towardpositive": "rup",
-    "down": "rdn", "rd": "rdn", "floor": "rdn", "towardnegative": "rdn",
-    "odd": "rto", "stochastic": "sr",
+    "nearest": "rne",
+    "rn": "rne",
+    "even": "rne",
+    "tiestoeven": "rne",
+    "away": "rna",
+    "tiestoaway": "rna",
+    "zero": "rtz",
+    "rz": "rtz",
+    "towardzero": "rtz",
+    "truncate": "rtz",
+    "up": "rup",
+    "ru": "rup",
+    "ceil": "rup",
+    "towardpositive": "rup",
+    "down": "rdn",
+    "rd": "rdn",
+    "floor": "rdn",
+    "towardnegative": "rdn",
+    "odd": "rto",
+    "stochastic": "sr",
 }
 
 
@@ -84,8 +98,7 @@ def _float_array(x, func: str) -> np.ndarray:
 def _sr_key(seed) -> np.uint64:
     if seed is None:
         raise ValueError(
-            "stochastic rounding needs a source of randomness: pass seed=<int> or "
-            "seed=<numpy.random.Generator>"
+            "stochastic rounding needs a source of randomness: pass seed=<int> or seed=<numpy.random.Generator>"
         )
     if isinstance(seed, np.random.Generator):
         return np.uint64(seed.integers(0, 2**63, dtype=np.int64)) * np.uint64(2) + np.uint64(1)
@@ -216,8 +229,16 @@ def _run(flat, fmt, m, params, key, want_code, dtype):
     return out.astype(dtype, copy=False)
 
 
-def round(x, fmt, mode: str = "rne", *, saturate: bool = False, flush_subnormals: bool = False,
-          seed=None, sr_bits: int | None = None) -> np.ndarray:  # noqa: A001 - public API name
+def round(
+    x,
+    fmt,
+    mode: str = "rne",
+    *,
+    saturate: bool = False,
+    flush_subnormals: bool = False,
+    seed=None,
+    sr_bits: int | None = None,
+) -> np.ndarray:  # noqa: A001 - public API name
     """Round ``x`` to the values of ``fmt``.
 
     Parameters
@@ -241,8 +262,16 @@ def round(x, fmt, mode: str = "rne", *, saturate: bool = False, flush_subnormals
     return _run(flat, fmt, m, params, key, False, arr.dtype).reshape(arr.shape)
 
 
-def encode(x, fmt, mode: str = "rne", *, saturate: bool = False, flush_subnormals: bool = False,
-           seed=None, sr_bits: int | None = None) -> np.ndarray:
+def encode(
+    x,
+    fmt,
+    mode: str = "rne",
+    *,
+    saturate: bool = False,
+    flush_subnormals: bool = False,
+    seed=None,
+    sr_bits: int | None = None,
+) -> np.ndarray:
     """Round ``x`` to ``fmt`` and return the bit patterns.
 
     Same arguments and rounding as :func:`round`.  Codes are uint8 for
@@ -278,7 +307,7 @@ def _decode_arith(codes: np.ndarray, fmt: Format) -> np.ndarray:
     m_field = (mag & ((1 << fmt.mbits) - 1)).astype(np.float64)
     frac = m_field / float(1 << fmt.mbits)
     if fmt.subnormals:
-        val = np.where(e_field == 0, frac * 2.0 ** fmt.emin, np.ldexp(1.0 + frac, (e_field - fmt.bias)))
+        val = np.where(e_field == 0, frac * 2.0**fmt.emin, np.ldexp(1.0 + frac, (e_field - fmt.bias)))
     else:
         val = np.ldexp(1.0 + frac, (e_field - fmt.bias))
     val = np.where(sign, -val, val)
@@ -344,4 +373,3 @@ def sr_random_bits(seed, n: int) -> np.ndarray:
         z = (z ^ (z >> np.uint64(30))) * K._M1
         z = (z ^ (z >> np.uint64(27))) * K._M2
     return z ^ (z >> np.uint64(31))
-

@@ -102,9 +102,22 @@ from .formats import format as _lookup_format
 from .rounding import _memo_table, _mode, _params, _sr_key, decode_table, float32_kernel_ok
 
 __all__ = [
-    "Granularity", "PerTensor", "PerRow", "PerColumn", "Tile", "Group", "MX", "NVFP4", "DelayedScaling",
-    "QuantizedTensor", "granularity", "granularity_names", "quantize", "dequantize",
-    "SCALE_FORMATS", "SCALE_ROUNDINGS",
+    "Granularity",
+    "PerTensor",
+    "PerRow",
+    "PerColumn",
+    "Tile",
+    "Group",
+    "MX",
+    "NVFP4",
+    "DelayedScaling",
+    "QuantizedTensor",
+    "granularity",
+    "granularity_names",
+    "quantize",
+    "dequantize",
+    "SCALE_FORMATS",
+    "SCALE_ROUNDINGS",
 ]
 
 SCALE_FORMATS = ("fp32", "bf16", "pow2", "e8m0")
@@ -302,7 +315,7 @@ class Group(Granularity):
         a = _axis(self.axis, len(shape), self.name)
         if a == len(shape) - 1:
             return 1, _prod(shape[:-1]), shape[-1], 1, self.size, len(shape) - 1
-        return _prod(shape[:a]), shape[a], _prod(shape[a + 1:]), self.size, 1, a
+        return _prod(shape[:a]), shape[a], _prod(shape[a + 1 :]), self.size, 1, a
 
     def block_shape(self, shape):
         shape = tuple(int(s) for s in shape)
@@ -402,8 +415,17 @@ class DelayedScaling(Granularity):
             self.amax_history[0] = amax
 
 
-_NAMED = {"tensor": PerTensor, "per_tensor": PerTensor, "row": PerRow, "token": PerRow, "per_row": PerRow,
-          "col": PerColumn, "column": PerColumn, "channel": PerColumn, "per_col": PerColumn}
+_NAMED = {
+    "tensor": PerTensor,
+    "per_tensor": PerTensor,
+    "row": PerRow,
+    "token": PerRow,
+    "per_row": PerRow,
+    "col": PerColumn,
+    "column": PerColumn,
+    "channel": PerColumn,
+    "per_col": PerColumn,
+}
 _PATTERNS = [
     (re.compile(r"^(\d+)x(\d+)$"), lambda m: Tile(int(m[1]), int(m[2]))),
     (re.compile(r"^g(\d+)$"), lambda m: Group(int(m[1]))),
@@ -416,8 +438,17 @@ _PATTERNS = [
 
 def granularity_names() -> list[str]:
     """The string forms :func:`granularity` understands (``N``, ``R``, ``C`` any positive ints)."""
-    return ["tensor", "row", "col", "1xN (e.g. 1x128)", "RxC (e.g. 128x128)", "gN (e.g. g32)",
-            "mxN (e.g. mx32)", "nvfp4", "delayed / delayedN (history length N)"]
+    return [
+        "tensor",
+        "row",
+        "col",
+        "1xN (e.g. 1x128)",
+        "RxC (e.g. 128x128)",
+        "gN (e.g. g32)",
+        "mxN (e.g. mx32)",
+        "nvfp4",
+        "delayed / delayedN (history length N)",
+    ]
 
 
 def granularity(g) -> Granularity:
@@ -598,9 +629,16 @@ def _fast_params(fmt: Format, saturate: bool):
     """int32 constants of :func:`_rne_code32` for ``fmt``, or None where it does not apply
     (the format needs a signed layout with -0, subnormals, IEEE/OCP/no NaN, <= 8 bits, and ranges
     that keep every magic constant a float32 normal)."""
-    ok = (fmt.signed and fmt.subnormals and fmt.has_negative_zero and fmt.bits <= 8
-          and fmt.nan in (NanStyle.IEEE, NanStyle.OCP, NanStyle.NONE)
-          and 1 <= fmt.mbits <= 21 and fmt.emin - fmt.mbits >= -124 and fmt.emax <= 120)
+    ok = (
+        fmt.signed
+        and fmt.subnormals
+        and fmt.has_negative_zero
+        and fmt.bits <= 8
+        and fmt.nan in (NanStyle.IEEE, NanStyle.OCP, NanStyle.NONE)
+        and 1 <= fmt.mbits <= 21
+        and fmt.emin - fmt.mbits >= -124
+        and fmt.emax <= 120
+    )
     if not ok:
         return None
     if saturate or fmt.nan is NanStyle.NONE:
@@ -616,10 +654,17 @@ def _fast_params(fmt: Format, saturate: bool):
     # midpoint 2**(emin - mbits - 1) upward (smaller ones give zero either way), so scales from
     # 2**(-103 - (emin - mbits - 1)) up may use it; smaller scales take the float64 residual.
     fma_min = max(-126, -103 - (fmt.emin - fmt.mbits - 1))
-    return (i32((fmt.emin + 127) << 23), i32((23 - fmt.mbits) << 23), i32(1 << fmt.mbits),
-            i32((fmt.emax + 1 + 127) << 23), i32(fmt.max_code_mag), i32(ovf),
-            i32(fmt.nan_code if fmt.nan_code is not None else -1), i32(fmt.sign_mask),
-            i32((fma_min + 127) << 23))
+    return (
+        i32((fmt.emin + 127) << 23),
+        i32((23 - fmt.mbits) << 23),
+        i32(1 << fmt.mbits),
+        i32((fmt.emax + 1 + 127) << 23),
+        i32(fmt.max_code_mag),
+        i32(ovf),
+        i32(fmt.nan_code if fmt.nan_code is not None else -1),
+        i32(fmt.sign_mask),
+        i32((fma_min + 127) << 23),
+    )
 
 
 _NO_FAST = (np.int32(0),) * 9
@@ -651,8 +696,22 @@ def _round_seg(xrow, crow, lo, hi, d, mode, p, key, base, tab, use_tab, fp, use_
       boundary of an FP8 format or far from it, so rounding the float64
       quotient is rounding the exact quotient).
     """
-    mbits, emin, emax, max_code, max_val, sign_mask, signed, has_neg_zero, subnormals, inf_code, \
-        nan_code, sat, flush, sr_bits = p
+    (
+        mbits,
+        emin,
+        emax,
+        max_code,
+        max_val,
+        sign_mask,
+        signed,
+        has_neg_zero,
+        subnormals,
+        inf_code,
+        nan_code,
+        sat,
+        flush,
+        sr_bits,
+    ) = p
     xs = xrow[lo:hi]  # every loop runs over slices from 0: indexing with range(lo, hi) does not vectorize
     cs = crow[lo:hi]
     n = xs.size
@@ -703,8 +762,22 @@ def _round_seg(xrow, crow, lo, hi, d, mode, p, key, base, tab, use_tab, fp, use_
 @njit(cache=True)  # not inlined: the kernels share one compilation of the general path
 def _round_seg_general(xs, cs, d, mode, p, key, base):
     """The general path of :func:`_round_seg`: the float64 quotient, rounded by the bit-level kernel."""
-    mbits, emin, emax, max_code, max_val, sign_mask, signed, has_neg_zero, subnormals, inf_code, \
-        nan_code, sat, flush, sr_bits = p
+    (
+        mbits,
+        emin,
+        emax,
+        max_code,
+        max_val,
+        sign_mask,
+        signed,
+        has_neg_zero,
+        subnormals,
+        inf_code,
+        nan_code,
+        sat,
+        flush,
+        sr_bits,
+    ) = p
     n = xs.size
     m, ex = math.frexp(d)
     pow2 = m == 0.5
@@ -713,8 +786,25 @@ def _round_seg_general(xs, cs, d, mode, p, key, base):
         r = K.random_bits(key, base + j) if mode == K.SR else np.uint64(0)
         xv = np.float64(xs[j])
         q = xv * inv if pow2 else xv / d  # a power of two: multiplying by the reciprocal is exact
-        v, c = K.round_one(q, r, mode, mbits, emin, emax, max_code, max_val, sign_mask, signed, has_neg_zero,
-                           subnormals, inf_code, nan_code, sat, flush, sr_bits)
+        v, c = K.round_one(
+            q,
+            r,
+            mode,
+            mbits,
+            emin,
+            emax,
+            max_code,
+            max_val,
+            sign_mask,
+            signed,
+            has_neg_zero,
+            subnormals,
+            inf_code,
+            nan_code,
+            sat,
+            flush,
+            sr_bits,
+        )
         cs[j] = c
 
 
@@ -734,12 +824,25 @@ def _apply(x3, scales3, bm, bn, glob, mode, p, key, tab, use_tab, fp, use_fast, 
         for jb in range(nbn):
             lo = jb * bn
             hi = min(lo + bn, N)
-            _round_seg(xrow, crow, lo, hi, np.float64(scales3[b, ib, jb]) * glob, mode, p, key, t * N,
-                       tab, use_tab, fp, use_fast)
+            _round_seg(
+                xrow,
+                crow,
+                lo,
+                hi,
+                np.float64(scales3[b, ib, jb]) * glob,
+                mode,
+                p,
+                key,
+                t * N,
+                tab,
+                use_tab,
+                fp,
+                use_fast,
+            )
+
 
 @njit(parallel=True, cache=True)
-def _fused(x3, xi3, bm, bn, mode, p, key, sp, glob, ignore_nan, tab, use_tab, fp, use_fast, codes3, scales3,
-                 amax3):
+def _fused(x3, xi3, bm, bn, mode, p, key, sp, glob, ignore_nan, tab, use_tab, fp, use_fast, codes3, scales3, amax3):
     """Per band of bm rows (a single row for 1xN tiles, groups and MX): the blocks' amaxes (row by row,
     streaming), their scales, then the rounding (the band is read again, from cache).  Parallel over bands."""
     B, M, N = x3.shape
@@ -766,8 +869,21 @@ def _fused(x3, xi3, bm, bn, mode, p, key, sp, glob, ignore_nan, tab, use_tab, fp
             xrow = x3[b, i]
             crow = codes3[b, i]
             for jb in range(nbn):
-                _round_seg(xrow, crow, jb * bn, min(jb * bn + bn, N), sc[jb] * glob, mode, p, key,
-                           (b * M + i) * N, tab, use_tab, fp, use_fast)
+                _round_seg(
+                    xrow,
+                    crow,
+                    jb * bn,
+                    min(jb * bn + bn, N),
+                    sc[jb] * glob,
+                    mode,
+                    p,
+                    key,
+                    (b * M + i) * N,
+                    tab,
+                    use_tab,
+                    fp,
+                    use_fast,
+                )
 
 
 _NO_TABLE = np.zeros((2, 1), dtype=np.uint8)
@@ -823,8 +939,8 @@ def _dequant(codes3, table, scales3, bm, bn, glob, out3):
         orow = out3[b, i]
         for jb in range(nbn):
             s = np.float64(scales3[b, ib, jb]) * glob
-            cs = crow[jb * bn:min(jb * bn + bn, N)]
-            os_ = orow[jb * bn:min(jb * bn + bn, N)]
+            cs = crow[jb * bn : min(jb * bn + bn, N)]
+            os_ = orow[jb * bn : min(jb * bn + bn, N)]
             for j in range(cs.size):
                 os_[j] = np.float64(table[cs[j]]) * s
 
@@ -904,8 +1020,15 @@ class QuantizedTensor:
         B, M, N, bm, bn = self._view if self._view is not None else _view_of(self.granularity, self.shape)
         table = decode_table(self.format)
         out = np.empty((B, M, N), dtype=np.float64)
-        _dequant(self.codes.reshape(B, M, N), table, self.scales.reshape(B, -(-M // bm), -(-N // bn)),
-                 bm, bn, float(self.global_scale), out)
+        _dequant(
+            self.codes.reshape(B, M, N),
+            table,
+            self.scales.reshape(B, -(-M // bm), -(-N // bn)),
+            bm,
+            bn,
+            float(self.global_scale),
+            out,
+        )
         return out.reshape(self.shape).astype(dtype)
 
     @property
@@ -915,9 +1038,11 @@ class QuantizedTensor:
         return int(self.codes.nbytes + self.scales.size * per)
 
     def __repr__(self) -> str:
-        return (f"QuantizedTensor(shape={self.shape}, dtype={self.dtype}, format={self.format.name}, "
-                f"granularity={self.granularity.name}, scales={self.scales.shape} {self.scale_format}"
-                f"{'' if self.scale_rounding is None else '/' + self.scale_rounding})")
+        return (
+            f"QuantizedTensor(shape={self.shape}, dtype={self.dtype}, format={self.format.name}, "
+            f"granularity={self.granularity.name}, scales={self.scales.shape} {self.scale_format}"
+            f"{'' if self.scale_rounding is None else '/' + self.scale_rounding})"
+        )
 
 
 # =====================================================================
@@ -934,8 +1059,10 @@ def _input(x) -> tuple[np.ndarray, np.dtype]:
         if not dt.isnative:
             arr = arr.astype(dt.newbyteorder("="))
         return np.ascontiguousarray(arr), arr.dtype
-    raise TypeError(f"fp8sim.quantize: x must be a float32, float64 or bfloat16 array, got dtype {dt}; "
-                    "convert it explicitly -- nothing is cast silently")
+    raise TypeError(
+        f"fp8sim.quantize: x must be a float32, float64 or bfloat16 array, got dtype {dt}; "
+        "convert it explicitly -- nothing is cast silently"
+    )
 
 
 def _policy(g: Granularity, fmt: Format, scale_format, scale_rounding, margin):
@@ -944,8 +1071,10 @@ def _policy(g: Granularity, fmt: Format, scale_format, scale_rounding, margin):
     margin = int(margin)
     if isinstance(g, NVFP4):
         if scale_format not in (None, "e4m3"):
-            raise ValueError(f"nvfp4 scales are E4M3 block scales times an FP32 tensor scale; "
-                             f"scale_format must be None or 'e4m3', got {scale_format!r}")
+            raise ValueError(
+                f"nvfp4 scales are E4M3 block scales times an FP32 tensor scale; "
+                f"scale_format must be None or 'e4m3', got {scale_format!r}"
+            )
         if scale_rounding is not None:
             raise ValueError("nvfp4 block scales are rounded to nearest (satfinite); scale_rounding must be None")
         sf, sr = "e4m3", None
@@ -955,12 +1084,16 @@ def _policy(g: Granularity, fmt: Format, scale_format, scale_rounding, margin):
             raise ValueError(f"unknown scale_format {scale_format!r}; known: {', '.join(SCALE_FORMATS)}")
         sf = sf.lower()
         if isinstance(g, MX) and sf != "e8m0":
-            raise ValueError(f"MX blocks use E8M0 scales (scale_format='e8m0'), got {sf!r}; "
-                             f"use Group({g.size}) / 'g{g.size}' for other scale formats")
+            raise ValueError(
+                f"MX blocks use E8M0 scales (scale_format='e8m0'), got {sf!r}; "
+                f"use Group({g.size}) / 'g{g.size}' for other scale formats"
+            )
         if sf == "fp32":
             if scale_rounding is not None:
-                raise ValueError("scale_rounding applies to bf16, pow2 and e8m0 scales; fp32 scales are "
-                                 "amax/max rounded to nearest float32 -- pass scale_rounding=None")
+                raise ValueError(
+                    "scale_rounding applies to bf16, pow2 and e8m0 scales; fp32 scales are "
+                    "amax/max rounded to nearest float32 -- pass scale_rounding=None"
+                )
             sr = None
         else:
             default = "floor" if isinstance(g, MX) else ("ceil" if sf == "bf16" else "rceil")
@@ -979,8 +1112,18 @@ def _policy(g: Granularity, fmt: Format, scale_format, scale_rounding, margin):
             smin, smax, emin_s, emax_s = 2.0**-127, 2.0**127, -127, 127
         else:
             smin, smax, emin_s, emax_s = 2.0**-126, (_FLT_MAX if kind == _FP32 else 2.0**127), -126, 127
-    sp = (np.int64(kind), np.int64(rnd), np.float64(fmt.max), np.int64(fmt.emax), np.int64(fmt.mbits),
-          np.int64(margin), np.float64(smin), np.float64(smax), np.int64(emin_s), np.int64(emax_s))
+    sp = (
+        np.int64(kind),
+        np.int64(rnd),
+        np.float64(fmt.max),
+        np.int64(fmt.emax),
+        np.int64(fmt.mbits),
+        np.int64(margin),
+        np.float64(smin),
+        np.float64(smax),
+        np.int64(emin_s),
+        np.int64(emax_s),
+    )
     return sf, sr, sp
 
 
@@ -999,8 +1142,20 @@ def _finish_scales(s: np.ndarray, sf: str, sr, amax: np.ndarray | None) -> np.nd
     return s
 
 
-def quantize(x, fmt, granularity="tensor", *, scale_format=None, scale_rounding=None, mode="rne",
-             saturate=True, margin=0, amax=None, seed=None, ignore_nan=False) -> QuantizedTensor:
+def quantize(
+    x,
+    fmt,
+    granularity="tensor",
+    *,
+    scale_format=None,
+    scale_rounding=None,
+    mode="rne",
+    saturate=True,
+    margin=0,
+    amax=None,
+    seed=None,
+    ignore_nan=False,
+) -> QuantizedTensor:
     """Quantize ``x`` to ``fmt`` with block scales.
 
     Parameters
@@ -1047,14 +1202,15 @@ def quantize(x, fmt, granularity="tensor", *, scale_format=None, scale_rounding=
     sf, sr, sp = _policy(g, fmt, scale_format, scale_rounding, margin)
     p = _params(fmt, m, bool(saturate), False, 52)[1]
     if fmt.nan is NanStyle.NONE and (ignore_nan or amax is not None) and np.isnan(xc).any():
-        raise ValueError(f"format {fmt.name} has no NaN: NaN elements cannot be encoded "
-                         "(with ignore_nan=False a NaN makes its whole block's scale NaN instead)")
+        raise ValueError(
+            f"format {fmt.name} has no NaN: NaN elements cannot be encoded "
+            "(with ignore_nan=False a NaN makes its whole block's scale NaN instead)"
+        )
     mode_arg = np.int64(m)
     fast = _fast_params(fmt, bool(saturate)) if xc.dtype == np.float32 and m == K.RNE else None
     use_fast = fast is not None
     fp = fast if fast is not None else _NO_FAST
-    use_tab = bool(xc.dtype == np.float32 and m != K.SR and fmt.mbits <= 6 and float32_kernel_ok(fmt)
-                   and not use_fast)
+    use_tab = bool(xc.dtype == np.float32 and m != K.SR and fmt.mbits <= 6 and float32_kernel_ok(fmt) and not use_fast)
     tab = _memo_table(fmt, m, p, True) if use_tab else _NO_TABLE
     x3 = xc.reshape(B, M, N)
     codes = np.empty((B, M, N), dtype=fmt.code_dtype)
@@ -1067,7 +1223,7 @@ def quantize(x, fmt, granularity="tensor", *, scale_format=None, scale_rounding=
             t_amax = float(np.asarray(amax, dtype=np.float64).reshape(-1)[0]) if np.size(amax) == 1 else None
             if t_amax is None:
                 raise ValueError("nvfp4: amax must be a scalar (the tensor amax)")
-        glob = float(np.float32(t_amax / (fmt.max * E4M3.max) * 2.0**int(margin))) if t_amax == t_amax else np.nan
+        glob = float(np.float32(t_amax / (fmt.max * E4M3.max) * 2.0 ** int(margin))) if t_amax == t_amax else np.nan
         glob = min(max(glob, 2.0**-126), _FLT_MAX) if glob == glob else glob
         sp = sp[:5] + (np.int64(0),) + sp[6:]  # margin went into the tensor scale
     if isinstance(g, DelayedScaling):
@@ -1085,12 +1241,28 @@ def quantize(x, fmt, granularity="tensor", *, scale_format=None, scale_rounding=
         _apply(x3, scales3, bm, bn, 1.0, mode_arg, p, key, tab, use_tab, fp, use_fast, codes)
         amax3: np.ndarray = np.full((1, 1, 1), cur, dtype=np.float32)
         g.record(cur)
-    elif (amax is None and bn > 1 and B * nbm >= 4 and sf not in ("bf16", "e4m3")
-          and not isinstance(g, NVFP4)):
+    elif amax is None and bn > 1 and B * nbm >= 4 and sf not in ("bf16", "e4m3") and not isinstance(g, NVFP4):
         scales3 = np.empty((B, nbm, nbn), dtype=np.float32)  # float32 values, as in the row case
         amax3 = np.empty((B, nbm, nbn), dtype=np.float32)
-        _fused(x3, _bits(x3), bm, bn, mode_arg, p, key, sp, glob, bool(ignore_nan), tab, use_tab, fp, use_fast, codes,
-                     scales3, amax3)
+        _fused(
+            x3,
+            _bits(x3),
+            bm,
+            bn,
+            mode_arg,
+            p,
+            key,
+            sp,
+            glob,
+            bool(ignore_nan),
+            tab,
+            use_tab,
+            fp,
+            use_fast,
+            codes,
+            scales3,
+            amax3,
+        )
     else:
         if amax is None:
             amax3 = _block_amax(x3, bm, bn, bool(ignore_nan))
@@ -1104,7 +1276,9 @@ def quantize(x, fmt, granularity="tensor", *, scale_format=None, scale_rounding=
                 try:
                     a = np.broadcast_to(a, sshape)
                 except ValueError:
-                    raise ValueError(f"amax of shape {a.shape} does not broadcast to the scales' shape {sshape}") from None
+                    raise ValueError(
+                        f"amax of shape {a.shape} does not broadcast to the scales' shape {sshape}"
+                    ) from None
                 if (a < 0).any():
                     raise ValueError("amax must be non-negative")
                 amax3 = np.ascontiguousarray(a).reshape(B, nbm, nbn)
@@ -1116,9 +1290,18 @@ def quantize(x, fmt, granularity="tensor", *, scale_format=None, scale_rounding=
         amax3 = np.asarray(amax3, dtype=np.float32)
     sshape = g.scale_shape(shape)
     return QuantizedTensor(
-        codes=codes.reshape(shape), scales=scales3.reshape(sshape), format=fmt, granularity=g, shape=shape,
-        dtype=orig_dtype, scale_format=sf, scale_rounding=sr, global_scale=float(glob),
-        amax=amax3.reshape(sshape), block_shape=g.block_shape(shape), _view=(B, M, N, bm, bn),
+        codes=codes.reshape(shape),
+        scales=scales3.reshape(sshape),
+        format=fmt,
+        granularity=g,
+        shape=shape,
+        dtype=orig_dtype,
+        scale_format=sf,
+        scale_rounding=sr,
+        global_scale=float(glob),
+        amax=amax3.reshape(sshape),
+        block_shape=g.block_shape(shape),
+        _view=(B, M, N, bm, bn),
     )
 
 

@@ -31,8 +31,14 @@ __all__ = ["run", "granularity_task", "granularity_params", "SCHEDULERS"]
 SCHEDULERS = ("serial", "local", "tcp://HOST:PORT")
 
 
-def run(task: Callable[[dict], dict], params: Iterable[dict], *, scheduler: str | None = "local",
-        workers: int | None = None, progress: bool = False) -> list[dict]:
+def run(
+    task: Callable[[dict], dict],
+    params: Iterable[dict],
+    *,
+    scheduler: str | None = "local",
+    workers: int | None = None,
+    progress: bool = False,
+) -> list[dict]:
     """Run ``task(p)`` for every ``p`` in ``params``; return the results in order."""
     params = list(params)
     if not params:
@@ -74,9 +80,13 @@ def _progress(it, enabled: bool, total: int | None = None):
     return tqdm(it, total=total, desc="sweep", unit="task")
 
 
-def granularity_params(distributions=("gaussian", "outlier_channels", "lognormal_grad"),
-                       formats=("e4m3", "e5m2"), granularities=("tensor", "1x128", "128x128", "mx32"),
-                       seeds=(0,), sizes=((256, 1024),)) -> list[dict]:
+def granularity_params(
+    distributions=("gaussian", "outlier_channels", "lognormal_grad"),
+    formats=("e4m3", "e5m2"),
+    granularities=("tensor", "1x128", "128x128", "mx32"),
+    seeds=(0,),
+    sizes=((256, 1024),),
+) -> list[dict]:
     """The cross product of the sweep's axes as task parameters."""
     return [
         {"distribution": d, "format": f, "granularity": g, "seed": int(s), "rows": int(m), "cols": int(n)}
@@ -94,9 +104,14 @@ def granularity_task(p: dict) -> dict:
     x = make_tensor(p["distribution"], (p["rows"], p["cols"]), rng)
     q = quantize(x, p["format"], p["granularity"])
     y = q.dequantize()
-    return dict(p, sqnr_db=float(metrics.sqnr_db(x, y)), rel_frobenius=float(metrics.rel_frobenius_error(x, y)),
-                fraction_underflow=float(metrics.fraction_underflow(x, y)),
-                fraction_saturated=float(metrics.fraction_saturated(x, q)), n_scales=int(q.scales.size))
+    return dict(
+        p,
+        sqnr_db=float(metrics.sqnr_db(x, y)),
+        rel_frobenius=float(metrics.rel_frobenius_error(x, y)),
+        fraction_underflow=float(metrics.fraction_underflow(x, y)),
+        fraction_saturated=float(metrics.fraction_saturated(x, q)),
+        n_scales=int(q.scales.size),
+    )
 
 
 def _stable_hash(s: str) -> int:

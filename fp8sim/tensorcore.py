@@ -142,7 +142,9 @@ class AccumulatorModel:
         if self.product_exponent not in ("nominal", "normalized"):
             raise ValueError(f"product_exponent must be 'nominal' or 'normalized', got {self.product_exponent!r}")
         if self.subnormal_exponent not in ("clamp", "normalize", "fp16"):
-            raise ValueError(f"subnormal_exponent must be 'clamp', 'normalize' or 'fp16', got {self.subnormal_exponent!r}")
+            raise ValueError(
+                f"subnormal_exponent must be 'clamp', 'normalize' or 'fp16', got {self.subnormal_exponent!r}"
+            )
         if self.k_order is not None:
             ko = tuple(int(k) for k in self.k_order)
             if sorted(ko) != list(range(K_INSTR)):
@@ -188,39 +190,98 @@ def _register(arch: str, instruction: str, model: AccumulatorModel) -> None:
     PRESETS[(arch, instruction)] = model
 
 
-_register("sm90", "wgmma", AccumulatorModel(
-    name="sm90 wgmma f32 (FP8)", kind="fused", block=32, frac_bits=13, align_rounding="rz",
-    product_exponent="nominal", subnormal_exponent="clamp", c_mode="fused",
-    out_frac_bits=13, out_rounding="rz", output="f32", validated=True,
-    description="wgmma.mma_async m64nNk32 .f32 with e4m3/e5m2 inputs on sm_90a (H100/H200/H800)"))
-_register("sm90", "wgmma.f16", AccumulatorModel(
-    name="sm90 wgmma f16 (FP8)", kind="fused", block=32, frac_bits=13, align_rounding="rz",
-    product_exponent="nominal", subnormal_exponent="clamp", c_mode="fused",
-    out_frac_bits=10, out_rounding="rne", output="f16", nan_bits=0x7FFFE000, validated=True,
-    description="wgmma.mma_async m64nNk32 .f16 with e4m3/e5m2 inputs on sm_90a (C/D fp16; "
-                "C's exponent clamped at fp16 emin; results that round to 0 are +0; NaN = fp16 0x7fff)"))
+_register(
+    "sm90",
+    "wgmma",
+    AccumulatorModel(
+        name="sm90 wgmma f32 (FP8)",
+        kind="fused",
+        block=32,
+        frac_bits=13,
+        align_rounding="rz",
+        product_exponent="nominal",
+        subnormal_exponent="clamp",
+        c_mode="fused",
+        out_frac_bits=13,
+        out_rounding="rz",
+        output="f32",
+        validated=True,
+        description="wgmma.mma_async m64nNk32 .f32 with e4m3/e5m2 inputs on sm_90a (H100/H200/H800)",
+    ),
+)
+_register(
+    "sm90",
+    "wgmma.f16",
+    AccumulatorModel(
+        name="sm90 wgmma f16 (FP8)",
+        kind="fused",
+        block=32,
+        frac_bits=13,
+        align_rounding="rz",
+        product_exponent="nominal",
+        subnormal_exponent="clamp",
+        c_mode="fused",
+        out_frac_bits=10,
+        out_rounding="rne",
+        output="f16",
+        nan_bits=0x7FFFE000,
+        validated=True,
+        description="wgmma.mma_async m64nNk32 .f16 with e4m3/e5m2 inputs on sm_90a (C/D fp16; "
+        "C's exponent clamped at fp16 emin; results that round to 0 are +0; NaN = fp16 0x7fff)",
+    ),
+)
 # mma.sync m16n8k32 FP8 on sm_90 is no tensor-core FP8 instruction: ptxas emits
 # F2FP.F16.E4M3/E5M2.UNPACK_B (exact fp8 -> fp16), HMMA.16816.F32 on the low
 # halves of each 4-byte fragment register (k % 4 in {0, 1}) with a zero
 # accumulator, a second HMMA.16816.F32 on the high halves (k % 4 in {2, 3})
 # accumulating onto the first, and an FADD of C.  See docs/tensorcore.md.
 _HMMA_ORDER = tuple(k for k in range(32) if k % 4 < 2) + tuple(k for k in range(32) if k % 4 >= 2)
-_register("sm90", "mma.sync", AccumulatorModel(
-    name="sm90 mma.sync f32 (FP8 via FP16 HMMA)", kind="fused", block=16, frac_bits=25,
-    align_rounding="rz", product_exponent="nominal", subnormal_exponent="fp16",
-    c_mode="separate", out_frac_bits=23, out_rounding="rz", output="f32", k_order=_HMMA_ORDER,
-    validated=True,
-    description="mma.sync m16n8k32 .f32 e4m3/e5m2 on sm_90: two FP16 HMMA.16816 (k%4<2, then k%4>=2) + FADD C"))
+_register(
+    "sm90",
+    "mma.sync",
+    AccumulatorModel(
+        name="sm90 mma.sync f32 (FP8 via FP16 HMMA)",
+        kind="fused",
+        block=16,
+        frac_bits=25,
+        align_rounding="rz",
+        product_exponent="nominal",
+        subnormal_exponent="fp16",
+        c_mode="separate",
+        out_frac_bits=23,
+        out_rounding="rz",
+        output="f32",
+        k_order=_HMMA_ORDER,
+        validated=True,
+        description="mma.sync m16n8k32 .f32 e4m3/e5m2 on sm_90: two FP16 HMMA.16816 (k%4<2, then k%4>=2) + FADD C",
+    ),
+)
 for _arch in ("sm90", "any"):
-    _register(_arch, "exact", AccumulatorModel(
-        name="exact", kind="exact", description="exact sum of products and C, one fp32 RNE rounding"))
-    _register(_arch, "fp32", AccumulatorModel(
-        name="fp32", kind="fp32", description="fp32 RNE after every addition (C first, k in order)"))
+    _register(
+        _arch,
+        "exact",
+        AccumulatorModel(name="exact", kind="exact", description="exact sum of products and C, one fp32 RNE rounding"),
+    )
+    _register(
+        _arch,
+        "fp32",
+        AccumulatorModel(name="fp32", kind="fp32", description="fp32 RNE after every addition (C first, k in order)"),
+    )
 # Literature presets for other architectures (NOT validated on hardware here).
-_register("sm89", "mma.sync", AccumulatorModel(
-    name="sm89 mma.sync f32 (FP8), from MMA-Sim", kind="fused", block=16, frac_bits=13,
-    out_frac_bits=13, out_rounding="rz", validated=False,
-    description="Ada QMMA as reported by MMA-Sim (split-k, 13 bits); not validated by fp8sim"))
+_register(
+    "sm89",
+    "mma.sync",
+    AccumulatorModel(
+        name="sm89 mma.sync f32 (FP8), from MMA-Sim",
+        kind="fused",
+        block=16,
+        frac_bits=13,
+        out_frac_bits=13,
+        out_rounding="rz",
+        validated=False,
+        description="Ada QMMA as reported by MMA-Sim (split-k, 13 bits); not validated by fp8sim",
+    ),
+)
 
 
 def model_names() -> list[tuple[str, str]]:
@@ -241,7 +302,9 @@ def get_model(instruction="wgmma", arch: str = "sm90") -> AccumulatorModel:
         return PRESETS[(str(arch).lower(), key)]
     except KeyError:
         known = ", ".join(f"{i!r} (arch {a!r})" for a, i in PRESETS)
-        raise ValueError(f"no accumulator model for instruction {instruction!r} on arch {arch!r}; known: {known}") from None
+        raise ValueError(
+            f"no accumulator model for instruction {instruction!r} on arch {arch!r}; known: {known}"
+        ) from None
 
 
 # ------------------------------------------------------------ code tables
@@ -372,7 +435,7 @@ def _f32_parts(c, emin):
     e = x - 1
     sig = np.int64(f * 16777216.0)  # 2**24, exact
     if e < emin:
-        sig >>= (emin - e)
+        sig >>= emin - e
         e = emin
     return sig, e
 
@@ -592,8 +655,9 @@ def _instr(acc, arow, b, j, kb, order, clsA, sgA, sigA, expA, vA, fa, clsB, sgB,
         if special:
             t = _special_block(t, arow, b, j, kb, order, s, s + blk, vA, vB)
         elif kind == 0:
-            t = _fused_block(t, True, arow, b, j, kb, order, s, s + blk, clsA, sgA, sigA, expA, fa,
-                             clsB, sgB, sigB, expB, fb, P)
+            t = _fused_block(
+                t, True, arow, b, j, kb, order, s, s + blk, clsA, sgA, sigA, expA, fa, clsB, sgB, sigB, expB, fb, P
+            )
         else:
             t = _exact_block(t, arow, b, j, kb, order, s, s + blk, vA, vB)
     if separate:  # C added to the tensor-core result by an fp32 FADD (RNE)
@@ -616,16 +680,18 @@ def _matmul_kernel(a, b, c, promote, order, clsA, sgA, sigA, expA, vA, fa, clsB,
             if promote <= 0:
                 acc = c0
                 for k0 in range(0, K, 32):
-                    acc = _instr(acc, arow, bb, j, k0, order, clsA, sgA, sigA, expA, vA, fa,
-                                 clsB, sgB, sigB, expB, vB, fb, P)
+                    acc = _instr(
+                        acc, arow, bb, j, k0, order, clsA, sgA, sigA, expA, vA, fa, clsB, sgB, sigB, expB, vB, fb, P
+                    )
                 out[bi, i, j] = acc
             else:
                 tot = np.float32(c0)
                 part = 0.0
                 cnt = 0
                 for k0 in range(0, K, 32):
-                    part = _instr(part, arow, bb, j, k0, order, clsA, sgA, sigA, expA, vA, fa,
-                                  clsB, sgB, sigB, expB, vB, fb, P)
+                    part = _instr(
+                        part, arow, bb, j, k0, order, clsA, sgA, sigA, expA, vA, fa, clsB, sgB, sigB, expB, vB, fb, P
+                    )
                     cnt += 32
                     if cnt == promote:
                         tot = np.float32(float(tot) + part)
@@ -677,8 +743,27 @@ def _run(a, b, c, a_format, b_format, model: AccumulatorModel, promote: int) -> 
     tB = _code_table(fb_, model.subnormal_exponent)
     out = np.empty((a3.shape[0], M, N), np.float64)
     with np.errstate(all="ignore"):
-        _matmul_kernel(a3, b3, c3, int(promote), model._order(), tA[0], tA[1], tA[2], tA[3], tA[4], fa_.mbits,
-                       tB[0], tB[1], tB[2], tB[3], tB[4], fb_.mbits, model._params(), out)
+        _matmul_kernel(
+            a3,
+            b3,
+            c3,
+            int(promote),
+            model._order(),
+            tA[0],
+            tA[1],
+            tA[2],
+            tA[3],
+            tA[4],
+            fa_.mbits,
+            tB[0],
+            tB[1],
+            tB[2],
+            tB[3],
+            tB[4],
+            fb_.mbits,
+            model._params(),
+            out,
+        )
         d = out.astype(np.float32)
     bits = d.view(np.uint32)
     bits[np.isnan(d)] = np.uint32(model.nan_bits)
@@ -733,8 +818,9 @@ def mma(a, b, c, *, a_format, b_format, instruction="wgmma", arch: str = "sm90")
     return _run(a, b, c, a_format, b_format, model, 0)
 
 
-def matmul(a, b, c=None, *, a_format, b_format, instruction="wgmma", arch: str = "sm90",
-           promote_every=None) -> np.ndarray:
+def matmul(
+    a, b, c=None, *, a_format, b_format, instruction="wgmma", arch: str = "sm90", promote_every=None
+) -> np.ndarray:
     """D = A @ B (+ C) as a tensor-core tile loop along K, bit-exact.
 
     The K dimension is processed by consecutive K = 32 instructions in order,
@@ -812,8 +898,9 @@ def verify_capture(path_or_npz, model=None, *, max_mismatches: int = 5) -> dict:
             if key != "d":
                 p = int(key.split("_", 1)[1].replace("promote", "") or 0)
                 promote = p or None
-            ref = matmul(a, b, cap["c"], a_format=fa_, b_format=fb_,
-                         instruction=model or instr, arch=arch, promote_every=promote)
+            ref = matmul(
+                a, b, cap["c"], a_format=fa_, b_format=fb_, instruction=model or instr, arch=arch, promote_every=promote
+            )
         else:
             ref = mma(a, b, cap["c"], a_format=fa_, b_format=fb_, instruction=model or instr, arch=arch)
         hw = cap[key].astype(np.float32)
@@ -826,10 +913,16 @@ def verify_capture(path_or_npz, model=None, *, max_mismatches: int = 5) -> dict:
         if bad and len(first) < max_mismatches:
             for idx in np.argwhere(~ok)[: max_mismatches - len(first)]:
                 idx = tuple(int(i) for i in idx)
-                first.append({"output": key, "index": idx, "hardware": float(hw[idx]),
-                              "hardware_bits": f"0x{int(hw.view(np.uint32)[idx]):08x}",
-                              "model": float(ref[idx]),
-                              "model_bits": f"0x{int(ref.view(np.uint32)[idx]):08x}"})
+                first.append(
+                    {
+                        "output": key,
+                        "index": idx,
+                        "hardware": float(hw[idx]),
+                        "hardware_bits": f"0x{int(hw.view(np.uint32)[idx]):08x}",
+                        "model": float(ref[idx]),
+                        "model_bits": f"0x{int(ref.view(np.uint32)[idx]):08x}",
+                    }
+                )
     return {
         "match_rate": (total_n - total_bad) / total_n if total_n else float("nan"),
         "n": total_n,

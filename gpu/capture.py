@@ -34,7 +34,7 @@ def _classes(fmt):
     v = fp8sim.decode(np.arange(256, dtype=np.uint8), f).astype(np.float64)
     finite = np.flatnonzero(np.isfinite(v)).astype(np.uint8)
     sub = np.flatnonzero(np.isfinite(v) & (v != 0) & (np.abs(v) < f.min_normal)).astype(np.uint8)
-    top = np.flatnonzero(np.isfinite(v) & (np.abs(v) >= 2.0 ** f.emax)).astype(np.uint8)
+    top = np.flatnonzero(np.isfinite(v) & (np.abs(v) >= 2.0**f.emax)).astype(np.uint8)
     special = np.flatnonzero(~np.isfinite(v)).astype(np.uint8)
     return finite, sub, top, special
 
@@ -48,7 +48,7 @@ def _rand_f32(rng, shape, lo, hi):
     sig = rng.integers(1 << 23, 1 << 24, size=shape).astype(np.float64) / (1 << 23)
     e = rng.integers(lo, hi + 1, size=shape)
     s = np.where(rng.random(shape) < 0.5, -1.0, 1.0)
-    return (s * sig * 2.0 ** e).astype(np.float32)
+    return (s * sig * 2.0**e).astype(np.float32)
 
 
 def family_inputs(family, fa, fb, ashape, bshape, cshape, rng, c_f16=False):
@@ -78,10 +78,16 @@ def family_inputs(family, fa, fb, ashape, bshape, cshape, rng, c_f16=False):
         b = _q(rng.standard_normal(bshape), fb)
         c = _rand_f32(rng, cshape, 4, 40)
     elif family == "subnormal":
-        a = np.where(rng.random(ashape) < 0.6, rng.choice(subA, ashape),
-                     _q(rng.standard_normal(ashape) * 2.0 ** fp8sim.format(fa).emin, fa))
-        b = np.where(rng.random(bshape) < 0.6, rng.choice(subB, bshape),
-                     _q(rng.standard_normal(bshape) * 2.0 ** fp8sim.format(fb).emin, fb))
+        a = np.where(
+            rng.random(ashape) < 0.6,
+            rng.choice(subA, ashape),
+            _q(rng.standard_normal(ashape) * 2.0 ** fp8sim.format(fa).emin, fa),
+        )
+        b = np.where(
+            rng.random(bshape) < 0.6,
+            rng.choice(subB, bshape),
+            _q(rng.standard_normal(bshape) * 2.0 ** fp8sim.format(fb).emin, fb),
+        )
         bits = rng.integers(1, 1 << 23, cshape).astype(np.uint32) | (rng.integers(0, 2, cshape).astype(np.uint32) << 31)
         c = bits.view(np.float32).copy()
         sel = rng.random(cshape)
@@ -140,12 +146,21 @@ def capture_family(K, instruction, fa, fb, family, seed, info):
     Mi, Ni = SHAPES[instruction]
     T = INSTANCES[instruction]
     rng = np.random.default_rng([seed, FAMILIES.index(family), PAIRS.index((fa, fb)), list(SHAPES).index(instruction)])
-    a, b, c = family_inputs(family, fa, fb, (T, Mi, 32), (T, 32, Ni), (T, Mi, Ni), rng,
-                            c_f16=instruction == "wgmma.f16")
+    a, b, c = family_inputs(
+        family, fa, fb, (T, Mi, 32), (T, 32, Ni), (T, Mi, Ni), rng, c_f16=instruction == "wgmma.f16"
+    )
     with np.errstate(all="ignore"):
         d = K.run(instruction, a, b, c, fa, fb)
-    meta = meta_base(info, kind="mma", instruction=instruction, a_format=fa, b_format=fb,
-                     family=family, seed=seed, shape=[T, Mi, Ni, 32])
+    meta = meta_base(
+        info,
+        kind="mma",
+        instruction=instruction,
+        a_format=fa,
+        b_format=fb,
+        family=family,
+        seed=seed,
+        shape=[T, Mi, Ni, 32],
+    )
     return {"a": a, "b": b, "c": c, "d": np.asarray(d, np.float32), "meta": meta}
 
 
@@ -156,8 +171,17 @@ def capture_chain(K, dist, seed, info, M=128, N=128, Kdim=4096, promote=(128,)):
     out = {"a": a, "b": b, "c": c, "d": K.wgmma_chain(a, b, c, "e4m3", "e4m3", None)}
     for p in promote:
         out[f"d_promote{p}"] = K.wgmma_chain(a, b, c, "e4m3", "e4m3", p)
-    out["meta"] = meta_base(info, kind="chain", instruction="wgmma", a_format="e4m3", b_format="e4m3",
-                            family=f"chain_{dist}", seed=seed, shape=[M, N, Kdim], promote=list(promote))
+    out["meta"] = meta_base(
+        info,
+        kind="chain",
+        instruction="wgmma",
+        a_format="e4m3",
+        b_format="e4m3",
+        family=f"chain_{dist}",
+        seed=seed,
+        shape=[M, N, Kdim],
+        promote=list(promote),
+    )
     return out
 
 
@@ -173,8 +197,12 @@ def error_stats(d, a, b, fmt="e4m3"):
     rel = np.abs(d.astype(np.float64) - ref) / np.abs(ref)
     absa = np.abs(fp8sim.decode(a, fmt).astype(np.float64)) @ np.abs(fp8sim.decode(b, fmt).astype(np.float64))
     nrm = np.abs(d.astype(np.float64) - ref) / absa
-    return {"max_rel": float(np.max(rel)), "median_rel": float(np.median(rel)),
-            "max_err_over_abs_dot": float(np.max(nrm)), "median_err_over_abs_dot": float(np.median(nrm))}
+    return {
+        "max_rel": float(np.max(rel)),
+        "median_rel": float(np.median(rel)),
+        "max_err_over_abs_dot": float(np.max(nrm)),
+        "median_err_over_abs_dot": float(np.median(nrm)),
+    }
 
 
 def main(argv=None):

@@ -60,7 +60,7 @@ def pow2_factors(t: int, fa: str, fb: str):
         if lo_b <= eb <= hi_b:
             # prefer balanced exponents
             best = min(range(lo_a, hi_a + 1), key=lambda e: abs(e - (t - e)) if lo_b <= t - e <= hi_b else 1e9)
-            return 2.0 ** best, 2.0 ** (t - best)
+            return 2.0**best, 2.0 ** (t - best)
     return None
 
 
@@ -121,8 +121,10 @@ class ProbeResult:
 
 def emulator_runner(model):
     def run(A, B, C, fa, fb):
-        return tc.mma(A[:, None, :], B[:, :, None], C[:, None, None], a_format=fa, b_format=fb,
-                      instruction=model)[:, 0, 0]
+        return tc.mma(A[:, None, :], B[:, :, None], C[:, None, None], a_format=fa, b_format=fb, instruction=model)[
+            :, 0, 0
+        ]
+
     return run
 
 
@@ -143,6 +145,7 @@ def hardware_runner(instruction):
         c[idx // 8, idx % 8, idx % 8] = C
         d = K.run(instruction, a, b, c, fa, fb)
         return d[idx // 8, idx % 8, idx % 8]
+
     return run
 
 
@@ -180,8 +183,11 @@ def probe_sanity(fa, fb):
     rng = np.random.default_rng(7)
     bt = Batch(fa, fb)
     for _ in range(64):
-        bt.add([(k, float(rng.integers(-4, 5)), float(rng.integers(-4, 5))) for k in range(32)],
-               float(rng.integers(-64, 65)), "int")
+        bt.add(
+            [(k, float(rng.integers(-4, 5)), float(rng.integers(-4, 5))) for k in range(32)],
+            float(rng.integers(-64, 65)),
+            "int",
+        )
 
     def interpret(r: ProbeResult):
         va = _dec(r.A, fa)
@@ -190,6 +196,7 @@ def probe_sanity(fa, fb):
         ok = np.array_equal(exact.astype(np.float32), r.D)
         r.table = [("exact small-integer sums", f"{int((exact == r.D).sum())}/{len(exact)} exact")]
         r.findings = {"sanity_ok": bool(ok)}
+
     return bt, interpret
 
 
@@ -200,8 +207,11 @@ def _cancel_small(bt, E, t, fa, fb, sign=1.0, mult=1.0, pos=(0, 1, 2), label=Non
     if s is None:
         return False
     sa, sb = s
-    bt.add([(pos[0], xa * big[0], xb * big[1]), (pos[1], -xa * big[0], xb * big[1]),
-            (pos[2], sign * sa * mult, sb)], 0.0, label)
+    bt.add(
+        [(pos[0], xa * big[0], xb * big[1]), (pos[1], -xa * big[0], xb * big[1]), (pos[2], sign * sa * mult, sb)],
+        0.0,
+        label,
+    )
     return True
 
 
@@ -243,8 +253,12 @@ def probe_alignment(fa, fb):
         pos = min(TRIPLES, key=lambda p: thr[p] if thr[p] is not None else 999)
         F = thr[pos]
         rows = {lab[:3]: d for lab, d in allrows.items() if lab[3] == pos}
-        r.table.append(("largest t kept, per positions (i, j, l) of (+2^E, -2^E, 2^(E-t))",
-                        "; ".join(f"{p}: {thr[p]}" for p in TRIPLES)))
+        r.table.append(
+            (
+                "largest t kept, per positions (i, j, l) of (+2^E, -2^E, 2^(E-t))",
+                "; ".join(f"{p}: {thr[p]}" for p in TRIPLES),
+            )
+        )
         rd = None
         if F is not None and (F + 1, -1.0, 1.0) in rows:
             v = rows[(F + 1, -1.0, 1.0)]
@@ -252,15 +266,28 @@ def probe_alignment(fa, fb):
         rnd = None
         if F is not None and (F, 1.0, 1.5) in rows:
             v = rows[(F, 1.0, 1.5)]
-            rnd = "truncate" if v == 2.0 ** (E - F) else ("round-up" if v == 2.0 ** (E - F + 1) else f"other({fmtv(v)})")
+            rnd = (
+                "truncate" if v == 2.0 ** (E - F) else ("round-up" if v == 2.0 ** (E - F + 1) else f"other({fmtv(v)})")
+            )
         for t in range(max(1, (F or 13) - 2), min(tmax, (F or 13) + 3) + 1):
             for sign in (1.0, -1.0):
                 for mult in (1.0, 1.5):
                     if (t, sign, mult) in rows:
-                        r.table.append((f"+2^{E} -2^{E} {'+' if sign > 0 else '-'}{mult:g}*2^{E - t} (t={t})",
-                                        fmtv(rows[(t, sign, mult)])))
-        r.findings = {"frac_bits": F, "align_rounding": rd, "align_half": rnd, "E": E,
-                      "positions": list(pos), "per_positions": {str(k): v for k, v in thr.items()}}
+                        r.table.append(
+                            (
+                                f"+2^{E} -2^{E} {'+' if sign > 0 else '-'}{mult:g}*2^{E - t} (t={t})",
+                                fmtv(rows[(t, sign, mult)]),
+                            )
+                        )
+        r.findings = {
+            "frac_bits": F,
+            "align_rounding": rd,
+            "align_half": rnd,
+            "E": E,
+            "positions": list(pos),
+            "per_positions": {str(k): v for k, v in thr.items()},
+        }
+
     return bt, interpret
 
 
@@ -292,6 +319,7 @@ def probe_product_exponent(fa, fb):
         thr = min(thrs)
         r.table = [(f"+-2.25*2^{E}, +2^({E}-t): largest t kept (min over position triples)", str(thr))]
         r.findings = {"kept_t_with_2.25": thr}
+
     return bt, interpret
 
 
@@ -312,7 +340,7 @@ def probe_c_entry(fa, fb):
         bt.add([(0, xa, xb), (1, -xa, xb)], 2.0 ** (E - t), ("a", t))
         s = pow2_factors(E - t, fa, fb)
         if s:
-            bt.add([(0, -xa, xb), (1, s[0], s[1])], 2.0 ** E, ("b", t))
+            bt.add([(0, -xa, xb), (1, s[0], s[1])], 2.0**E, ("b", t))
     for u in range(1, 40):
         bt.add([(0, xa, xb)], 2.0 ** (E + u), ("c", u))
 
@@ -330,6 +358,7 @@ def probe_c_entry(fa, fb):
             ("C = 2^(E+u), product 2^E: largest u where the product changes D", str(thr_c)),
         ]
         r.findings = {"c_survives_t": thr_a, "c_cancel_kept_t": thr_b, "c_large_u": thr_c}
+
     return bt, interpret
 
 
@@ -343,8 +372,8 @@ def probe_c_alone(fa, fb):
     """
     bt = Batch(fa, fb)
     for j in range(1, 24):
-        bt.add([], 1.0 + 2.0 ** -j, ("j", j))
-        bt.add([], -(1.0 + 2.0 ** -j), ("-j", j))
+        bt.add([], 1.0 + 2.0**-j, ("j", j))
+        bt.add([], -(1.0 + 2.0**-j), ("-j", j))
     rng = np.random.default_rng(3)
     cs = (rng.uniform(1, 2, 64) * 2.0 ** rng.integers(-20, 20, 64)).astype(np.float32)
     for i, cv in enumerate(cs):
@@ -356,12 +385,15 @@ def probe_c_alone(fa, fb):
             if lab[0] == "j" and d == np.float32(1.0 + 2.0 ** -lab[1]):
                 kept = lab[1]
         rand_exact = sum(1 for lab, d, c in zip(r.labels, r.D, r.C) if lab[0] == "rand" and d == c)
-        r.table = [("C = 1+2^-j, zero products: largest j with D == C", str(kept)),
-                   ("random full-precision C, zero products: D == C", f"{rand_exact}/64")]
+        r.table = [
+            ("C = 1+2^-j, zero products: largest j with D == C", str(kept)),
+            ("random full-precision C, zero products: D == C", f"{rand_exact}/64"),
+        ]
         for lab, d, c in zip(r.labels, r.D, r.C):
             if lab[0] in ("j", "-j") and lab[1] in (12, 13, 14, 22, 23):
                 r.table.append((f"C = {fmtv(c)} ({f32hex(c)})", f"{fmtv(d)} ({f32hex(d)})"))
         r.findings = {"c_alone_bits": kept, "c_random_exact": rand_exact}
+
     return bt, interpret
 
 
@@ -402,6 +434,7 @@ def probe_output_rounding(fa, fb):
                 rows.append((f"{'-' if lab[2] < 0 else ''}(1.75*2^{E}*2 + 2^{E - lab[1]})", fmtv(d)))
         r.table = rows
         r.findings = {}
+
     return bt, interpret
 
 
@@ -434,8 +467,13 @@ def probe_grouping(fa, fb):
             groups[l] = pairs
         # blocks: positions whose pairs cancel before l=31
         before31 = sorted({p for ij in groups[31] for p in ij})
-        r.table = [(f"l={l}: pairs (i,j) cancelling before l", f"{len(groups[l])} pairs; positions {_ranges(sorted({p for ij in groups[l] for p in ij}))}")
-                   for l in (31, 0, 15, 16)]
+        r.table = [
+            (
+                f"l={l}: pairs (i,j) cancelling before l",
+                f"{len(groups[l])} pairs; positions {_ranges(sorted({p for ij in groups[l] for p in ij}))}",
+            )
+            for l in (31, 0, 15, 16)
+        ]
         block = None
         k_order = None
         before0 = sorted({p for ij in groups[0] for p in ij})
@@ -449,8 +487,14 @@ def probe_grouping(fa, fb):
             if n_before == 16 and first != list(range(16)):
                 rest = [p for p in range(32) if p not in first]
                 k_order = first + rest
-        r.findings = {"block": block, "k_order": k_order, "t": t,
-                      "pairs_before_31": len(groups[31]), "pairs_before_0": len(groups[0])}
+        r.findings = {
+            "block": block,
+            "k_order": k_order,
+            "t": t,
+            "pairs_before_31": len(groups[31]),
+            "pairs_before_0": len(groups[0]),
+        }
+
     return bt, interpret
 
 
@@ -481,13 +525,13 @@ def probe_subnormal_inputs(fa, fb):
     bt = Batch(fa, fb)
     fA = fp8sim.format(fa)
     fB = fp8sim.format(fb)
-    for m in range(1, 2 ** fA.mbits):
+    for m in range(1, 2**fA.mbits):
         bt.add([(0, m * fA.min_subnormal, 1.0)], 0.0, ("a_sub", m))
-    for m in range(1, 2 ** fB.mbits):
+    for m in range(1, 2**fB.mbits):
         bt.add([(0, 1.0, m * fB.min_subnormal)], 0.0, ("b_sub", m))
     bt.add([(0, fA.min_subnormal, fB.min_subnormal)], 0.0, ("both_sub", 1))
     x = fA.min_subnormal
-    y = 2.0 ** fB.emax
+    y = 2.0**fB.emax
     e_true = int(np.log2(x * y))
     for t in range(1, 40):
         # the small addend is C (fused with the products on NVIDIA wgmma)
@@ -503,6 +547,7 @@ def probe_subnormal_inputs(fa, fb):
         exact = (va * vb).sum(1) + r.C
         single = [(lab, d, e) for lab, d, e in zip(r.labels, r.D, exact) if lab[0] not in ("align", "palign")]
         n_exact = sum(1 for _, d, e in single if d == e)
+
         def threshold(kind):
             res = {lab[1]: d for lab, d in zip(r.labels, r.D) if lab[0] == kind}
             thr = None
@@ -514,14 +559,24 @@ def probe_subnormal_inputs(fa, fb):
             if thr is not None and thr == max(res):
                 return None  # never lost within the probe's range: inconclusive
             return thr
+
         thr = threshold("align")
         pthr = threshold("palign")
-        r.table = [("single subnormal products exact", f"{n_exact}/{len(single)}"),
-                   (f"+-{fmtv(x)}*{fmtv(y)} (true exp {e_true}, clamped {fA.emin + fB.emax}) + 2^({e_true}-t): largest t kept",
-                    str(thr)),
-                   ("same with a normal product 2^(e-t) at position 4 instead of C", str(pthr))]
-        r.findings = {"subnormal_exact": n_exact == len(single), "sub_align_t": thr, "sub_align_t_products": pthr,
-                      "sub_clamp_shift": e_true - (fA.emin + fB.emax)}
+        r.table = [
+            ("single subnormal products exact", f"{n_exact}/{len(single)}"),
+            (
+                f"+-{fmtv(x)}*{fmtv(y)} (true exp {e_true}, clamped {fA.emin + fB.emax}) + 2^({e_true}-t): largest t kept",
+                str(thr),
+            ),
+            ("same with a normal product 2^(e-t) at position 4 instead of C", str(pthr)),
+        ]
+        r.findings = {
+            "subnormal_exact": n_exact == len(single),
+            "sub_align_t": thr,
+            "sub_align_t_products": pthr,
+            "sub_clamp_shift": e_true - (fA.emin + fB.emax),
+        }
+
     return bt, interpret
 
 
@@ -536,10 +591,12 @@ def probe_subnormal_output(fa, fb):
     """
     bt = Batch(fa, fb)
     rng = np.random.default_rng(11)
-    bits = np.concatenate([
-        np.array([1, 2, 3, 0x7FFFFF, 0x400000, 0x400001, 0x12345, 0x3FF, 0x800000, 0xFFFFFF, 0x800001], np.uint32),
-        rng.integers(1, 0x1000000, 53).astype(np.uint32),
-    ])
+    bits = np.concatenate(
+        [
+            np.array([1, 2, 3, 0x7FFFFF, 0x400000, 0x400001, 0x12345, 0x3FF, 0x800000, 0xFFFFFF, 0x800001], np.uint32),
+            rng.integers(1, 0x1000000, 53).astype(np.uint32),
+        ]
+    )
     cs = bits.view(np.float32)
     for i, cv in enumerate(cs):
         bt.add([], float(cv), ("c", i))
@@ -554,6 +611,7 @@ def probe_subnormal_output(fa, fb):
             rows.append((f"C = {f32hex(c)}", f32hex(d)))
         r.table = [("tiny C with zero products: D == C", f"{same}/{n}"), ("D == 0", f"{zero}/{n}")] + rows
         r.findings = {"tiny_c_exact": same, "tiny_c_zero": zero, "n": n}
+
     return bt, interpret
 
 
@@ -598,16 +656,27 @@ def probe_specials(fa, fb):
     bt.add([(k, fA.max, fB.max) for k in range(32)], fmax, "32*max*max + C=FLT_MAX")
     bt.add([(k, -fA.max, fB.max) for k in range(32)], -fmax, "-32*max*max + C=-FLT_MAX")
     bt.add([(k, fA.max, fB.max) for k in range(32)], 0.0, "32*max*max")
-    bt.add([(0, fA.max, fB.max)], float(np.float32(2.0 ** 128 - 2.0 ** 114)), "max*max + C=2^128-2^114")
+    bt.add([(0, fA.max, fB.max)], float(np.float32(2.0**128 - 2.0**114)), "max*max + C=2^128-2^114")
 
     def interpret(r: ProbeResult):
         r.table = [(lab, f"{fmtv(d)} ({f32hex(d)})") for lab, d in zip(r.labels, r.D)]
         r.findings = {"nan_bits": [f32hex(d) for d in r.D if d != d][:1]}
+
     return bt, interpret
 
 
-PROBES = [probe_sanity, probe_alignment, probe_product_exponent, probe_c_entry, probe_c_alone,
-          probe_output_rounding, probe_grouping, probe_subnormal_inputs, probe_subnormal_output, probe_specials]
+PROBES = [
+    probe_sanity,
+    probe_alignment,
+    probe_product_exponent,
+    probe_c_entry,
+    probe_c_alone,
+    probe_output_rounding,
+    probe_grouping,
+    probe_subnormal_inputs,
+    probe_subnormal_output,
+    probe_specials,
+]
 
 
 def _make(name, fa, fb):
@@ -734,9 +803,15 @@ def analyse(results, instruction, arch="sm90", log=print, do_refine=True):
             good, n = score(fitted, rs)
         preset_good = score(base, rs)
         log(f"fitted model: {json.dumps({k: v for k, v in fitted.summary().items() if k not in ('description',)})}")
-        log(f"fitted model reproduces {good}/{n} probe outputs; preset {base.name!r}: {preset_good[0]}/{preset_good[1]}")
-        summary[f"{fa}x{fb}"] = {"fitted": fitted.summary(), "fitted_match": [good, n],
-                                 "preset_match": list(preset_good), "findings": findings}
+        log(
+            f"fitted model reproduces {good}/{n} probe outputs; preset {base.name!r}: {preset_good[0]}/{preset_good[1]}"
+        )
+        summary[f"{fa}x{fb}"] = {
+            "fitted": fitted.summary(),
+            "fitted_match": [good, n],
+            "preset_match": list(preset_good),
+            "findings": findings,
+        }
     return summary
 
 
@@ -748,8 +823,15 @@ def save_results(path, results):
         out[f"B{i}"] = r.B
         out[f"C{i}"] = r.C
         out[f"D{i}"] = r.D
-        meta.append({"name": r.name, "instruction": r.instruction, "a_format": r.a_format,
-                     "b_format": r.b_format, "labels": [repr(x) for x in r.labels]})
+        meta.append(
+            {
+                "name": r.name,
+                "instruction": r.instruction,
+                "a_format": r.a_format,
+                "b_format": r.b_format,
+                "labels": [repr(x) for x in r.labels],
+            }
+        )
     out["meta"] = np.array(json.dumps(meta))
     np.savez_compressed(path, **out)
 
@@ -762,8 +844,17 @@ def load_results(path):
     results = []
     for i, m in enumerate(meta):
         labels = [ast.literal_eval(x) for x in m["labels"]]
-        r = ProbeResult(m["name"], m["instruction"], m["a_format"], m["b_format"],
-                        z[f"A{i}"], z[f"B{i}"], z[f"C{i}"], z[f"D{i}"], labels)
+        r = ProbeResult(
+            m["name"],
+            m["instruction"],
+            m["a_format"],
+            m["b_format"],
+            z[f"A{i}"],
+            z[f"B{i}"],
+            z[f"C{i}"],
+            z[f"D{i}"],
+            labels,
+        )
         bt, interpret = _make(r.name, r.a_format, r.b_format)
         interpret(r)
         results.append(r)
@@ -772,8 +863,12 @@ def load_results(path):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m gpu.characterize", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--instruction", action="append", choices=["wgmma", "mma.sync", "wgmma.f16"],
-                    help="instruction(s) to probe (default: wgmma and mma.sync)")
+    ap.add_argument(
+        "--instruction",
+        action="append",
+        choices=["wgmma", "mma.sync", "wgmma.f16"],
+        help="instruction(s) to probe (default: wgmma and mma.sync)",
+    )
     ap.add_argument("--pair", action="append", help="format pair like e4m3xe5m2 (default: all four)")
     ap.add_argument("--probe", action="append", help="run only these probes (function names)")
     ap.add_argument("--save", help="write raw probe inputs/outputs to this .npz")

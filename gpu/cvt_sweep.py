@@ -52,13 +52,24 @@ def check(path, chunk_log2=26, limit_s=None, fmts=("e4m3", "e5m2")):
             if k:
                 bad += k
                 for i in np.flatnonzero(diff)[: max(0, 8 - len(examples))]:
-                    examples.append({"x_bits": f"0x{lo + int(i):08x}", "x": float(x[i]),
-                                     "hardware": f"0x{int(hw[i]):02x}", "encode": f"0x{int(ref[i]):02x}"})
+                    examples.append(
+                        {
+                            "x_bits": f"0x{lo + int(i):08x}",
+                            "x": float(x[i]),
+                            "hardware": f"0x{int(hw[i]):02x}",
+                            "encode": f"0x{int(ref[i]):02x}",
+                        }
+                    )
             done += n
             if limit_s and time.time() - t0 > limit_s:
                 break
-        report[fmt] = {"inputs_checked": done, "mismatches": bad, "nan_bit_pattern_differences": nan_pattern_diff,
-                       "examples": examples, "runs": int(len(starts))}
+        report[fmt] = {
+            "inputs_checked": done,
+            "mismatches": bad,
+            "nan_bit_pattern_differences": nan_pattern_diff,
+            "examples": examples,
+            "runs": int(len(starts)),
+        }
     return report
 
 
@@ -72,8 +83,13 @@ def main(argv=None):
     if args.out:
         from . import kernels as K
 
-        out = {"meta": np.array(json.dumps({**K.device_info(), "instructions": [
-            "cvt.rn.satfinite.e4m3x2.f32", "cvt.rn.satfinite.e5m2x2.f32"]}))}
+        out = {
+            "meta": np.array(
+                json.dumps(
+                    {**K.device_info(), "instructions": ["cvt.rn.satfinite.e4m3x2.f32", "cvt.rn.satfinite.e5m2x2.f32"]}
+                )
+            )
+        }
         for fmt in ("e4m3", "e5m2"):
             t = time.time()
             s, c = K.cvt_sweep(fmt)

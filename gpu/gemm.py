@@ -98,8 +98,14 @@ def sampled_rows(case) -> np.ndarray:
 def take_rows(q, rows):
     """The QuantizedTensor of the rows ``rows`` of an (M, K) operand (scales follow their blocks)."""
     bm = q.block_shape[0]
-    return replace(q, codes=np.ascontiguousarray(q.codes[rows]), scales=np.ascontiguousarray(q.scales[rows // bm]),
-                   amax=np.ascontiguousarray(q.amax[rows // bm]), shape=(len(rows), q.shape[1]), _view=None)
+    return replace(
+        q,
+        codes=np.ascontiguousarray(q.codes[rows]),
+        scales=np.ascontiguousarray(q.scales[rows // bm]),
+        amax=np.ascontiguousarray(q.amax[rows // bm]),
+        shape=(len(rows), q.shape[1]),
+        _view=None,
+    )
 
 
 def checksum(qx, qw) -> int:
@@ -149,8 +155,22 @@ def launch(ops, reps: int = 1):
     dA, dB, dsa, dsb = (cp.asarray(a) for a in (A, Bt, sa, sb))
     dD = cp.empty((Mp, Np), cp.float32)
     dDb = cp.empty((Mp, Np), cp.uint16)
-    args = (dA, dB, dsa, dsb, dD, dDb, np.int32(Mp), np.int32(Np), np.int32(Kp), np.int32(sa.shape[1]),
-            np.int32(kscale), np.int32(promote), np.int32(LBO), np.int32(SBO))
+    args = (
+        dA,
+        dB,
+        dsa,
+        dsb,
+        dD,
+        dDb,
+        np.int32(Mp),
+        np.int32(Np),
+        np.int32(Kp),
+        np.int32(sa.shape[1]),
+        np.int32(kscale),
+        np.int32(promote),
+        np.int32(LBO),
+        np.int32(SBO),
+    )
     grid = (Np // 32, Mp // 64)
     f(grid, (128,), args)
     cp.cuda.Device().synchronize()
@@ -202,9 +222,20 @@ def _emulate(ops, r):
     from fp8sim.gemm import scaled_matmul
 
     A, Bt, sa, sb, kscale, promote, (M, N, Mp, Np, Kp) = ops
-    y = scaled_matmul(A, np.ascontiguousarray(Bt.T), sa, sb, a_format="e4m3", b_format="e4m3", kscale=kscale,
-                      accumulator=r.accumulator, promote_every=r.promote_every, scale_at=r.scale_at,
-                      scale_application=r.scale_application, backend="cupy")
+    y = scaled_matmul(
+        A,
+        np.ascontiguousarray(Bt.T),
+        sa,
+        sb,
+        a_format="e4m3",
+        b_format="e4m3",
+        kscale=kscale,
+        accumulator=r.accumulator,
+        promote_every=r.promote_every,
+        scale_at=r.scale_at,
+        scale_application=r.scale_application,
+        backend="cupy",
+    )
     return y[:M, :N]
 
 
@@ -221,10 +252,14 @@ def _emu_big(n: int) -> dict:
         sa = np.ones((n, nks), np.float32)
         sb = np.ones((nks, n), np.float32)
         t = time.time()
-        scaled_matmul(A, B, sa, sb, a_format="e4m3", b_format="e4m3", kscale=128, promote_every=128,
-                      backend="cupy")
-        return {f"cupy-emulation {n}^3": {"seconds": GK.last_kernel_seconds, "call_seconds": time.time() - t,
-                                          "tflops": 2 * n**3 / GK.last_kernel_seconds / 1e12}}
+        scaled_matmul(A, B, sa, sb, a_format="e4m3", b_format="e4m3", kscale=128, promote_every=128, backend="cupy")
+        return {
+            f"cupy-emulation {n}^3": {
+                "seconds": GK.last_kernel_seconds,
+                "call_seconds": time.time() - t,
+                "tflops": 2 * n**3 / GK.last_kernel_seconds / 1e12,
+            }
+        }
     except Exception as e:  # pragma: no cover
         return {f"cupy-emulation {n}^3": repr(e)}
 
@@ -239,9 +274,10 @@ def _torch_timing(n: int) -> dict:
         b = torch.randn(n, n, device=dev).to(torch.float8_e4m3fn).t()  # column-major (K, N)
         one = torch.tensor(1.0, device=dev)
         for fast in (False, True):
+
             def run():
-                return torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16,
-                                        use_fast_accum=fast)
+                return torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16, use_fast_accum=fast)
+
             run()
             torch.cuda.synchronize()
             e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -311,18 +347,36 @@ def _one(case, store, meta, timing):
     store[f"{name}/rows"] = rows.astype(np.int32)
     store[f"{name}/d"] = D[rows].view(np.uint32)
     store[f"{name}/d_bf16"] = (Db[rows].view(np.uint32) >> 16).astype(np.uint16)
-    meta.append({"name": name, "M": M, "N": N, "K": K, "dist": dist, "seed": seed, "recipe": rname,
-                 "checksum": checksum(qx, qw), "nan_outputs": int(np.isnan(D).sum()),
-                 "cupy_emulation_mismatches": emu_bad, "n_outputs": int(D.size)})
+    meta.append(
+        {
+            "name": name,
+            "M": M,
+            "N": N,
+            "K": K,
+            "dist": dist,
+            "seed": seed,
+            "recipe": rname,
+            "checksum": checksum(qx, qw),
+            "nan_outputs": int(np.isnan(D).sum()),
+            "cupy_emulation_mismatches": emu_bad,
+            "n_outputs": int(D.size),
+        }
+    )
     if reps:
         timing[name] = {"seconds": t, "tflops": 2 * M * N * K / t / 1e12}
     if reps:
         from fp8sim import _gemm_kernels as GK
 
-        timing[name + " cupy-emulation"] = {"seconds": GK.last_kernel_seconds,
-                                            "tflops": 2 * M * N * K / GK.last_kernel_seconds / 1e12}
-    print(f"{name}: {time.time() - tq:.1f} s" + (f", kernel {t * 1e3:.1f} ms" if reps else "")
-          + f", cupy emulation mismatches {emu_bad}/{D.size}", flush=True)
+        timing[name + " cupy-emulation"] = {
+            "seconds": GK.last_kernel_seconds,
+            "tflops": 2 * M * N * K / GK.last_kernel_seconds / 1e12,
+        }
+    print(
+        f"{name}: {time.time() - tq:.1f} s"
+        + (f", kernel {t * 1e3:.1f} ms" if reps else "")
+        + f", cupy emulation mismatches {emu_bad}/{D.size}",
+        flush=True,
+    )
 
 
 def _finish(out_dir, t0, log, store, meta, timing):

@@ -65,11 +65,13 @@ def build_cubin(src: str, name: str, force: bool = False) -> str:
         return ""
     os.makedirs(BUILD, exist_ok=True)
     out = os.path.join(BUILD, name)
-    newest = max(os.path.getmtime(p) for p in [src] + [os.path.join(KDIR, f) for f in os.listdir(KDIR)
-                                                       if f.endswith(".cuh")])
+    newest = max(
+        os.path.getmtime(p) for p in [src] + [os.path.join(KDIR, f) for f in os.listdir(KDIR) if f.endswith(".cuh")]
+    )
     if force or not os.path.exists(out) or os.path.getmtime(out) < newest:
-        subprocess.run([nvcc, "-cubin", "-O3", "-gencode=arch=compute_90a,code=sm_90a", f"-I{KDIR}", src,
-                        "-o", out], check=True)
+        subprocess.run(
+            [nvcc, "-cubin", "-O3", "-gencode=arch=compute_90a,code=sm_90a", f"-I{KDIR}", src, "-o", out], check=True
+        )
     return out
 
 
@@ -119,8 +121,12 @@ def device_info() -> dict:
         "cupy": cp.__version__,
     }
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=20)
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
         info["driver"] = out.stdout.strip().splitlines()[0]
     except Exception:
         pass
@@ -216,8 +222,10 @@ def wgmma_chain(a, b, c=None, a_format="e4m3", b_format="e4m3", promote_every=No
     dc = cp.asarray(np.ascontiguousarray(c, np.float32))
     dd = cp.empty_like(dc)
     fn(f"wgmma_chain_{_fmt(a_format)}_{_fmt(b_format)}")(
-        (N // 8, M // 64), (128,),
-        (da, db, dc, dd, np.int32(M), np.int32(N), np.int32(K), np.int32(P), np.int32(lbo), np.int32(sbo)))
+        (N // 8, M // 64),
+        (128,),
+        (da, db, dc, dd, np.int32(M), np.int32(N), np.int32(K), np.int32(P), np.int32(lbo), np.int32(sbo)),
+    )
     return cp.asnumpy(dd)
 
 
@@ -235,7 +243,9 @@ def mma_sync(a, b, c, a_format="e4m3", b_format="e4m3") -> np.ndarray:
     dc = cp.asarray(np.ascontiguousarray(c, np.float32))
     dd = cp.empty_like(dc)
     wpb = 4
-    fn(f"mma_f32_{_fmt(a_format)}_{_fmt(b_format)}")(((T + wpb - 1) // wpb,), (32 * wpb,), (da, db, dc, dd, np.int32(T)))
+    fn(f"mma_f32_{_fmt(a_format)}_{_fmt(b_format)}")(
+        ((T + wpb - 1) // wpb,), (32 * wpb,), (da, db, dc, dd, np.int32(T))
+    )
     return cp.asnumpy(dd)
 
 

@@ -37,11 +37,15 @@ def main(argv=None) -> int:
             print(json.dumps({"file": f, **{k: r[k] for k in ("match_rate", "n", "mismatches", "first_mismatches")}}))
             continue
         m = r["meta"]
-        print(f"{f}: {m.get('instruction')} {m.get('a_format')}x{m.get('b_format')} {m.get('family')}: "
-              f"{r['n'] - r['mismatches']}/{r['n']} bit-exact ({100 * r['match_rate']:.4f}%)")
+        print(
+            f"{f}: {m.get('instruction')} {m.get('a_format')}x{m.get('b_format')} {m.get('family')}: "
+            f"{r['n'] - r['mismatches']}/{r['n']} bit-exact ({100 * r['match_rate']:.4f}%)"
+        )
         for mm in r["first_mismatches"]:
-            print(f"    {mm['output']}{list(mm['index'])}: hardware {mm['hardware']!r} ({mm['hardware_bits']}) "
-                  f"model {mm['model']!r} ({mm['model_bits']})")
+            print(
+                f"    {mm['output']}{list(mm['index'])}: hardware {mm['hardware']!r} ({mm['hardware_bits']}) "
+                f"model {mm['model']!r} ({mm['model_bits']})"
+            )
     return 0 if worst == 1.0 else 1
 
 

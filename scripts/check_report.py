@@ -25,8 +25,14 @@ def check(index: Path, screenshot: str | None = None) -> dict:
     with sync_playwright() as p:
         browser = p.chromium.launch(
             executable_path=exe,
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync", "--no-first-run"],
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+            ],
         )
         page = browser.new_page(viewport={"width": 1200, "height": 900})
         page.on("console", lambda m: errors.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
@@ -34,15 +40,22 @@ def check(index: Path, screenshot: str | None = None) -> dict:
         page.goto(index.resolve().as_uri())
         page.wait_for_load_state("load")
         images = page.eval_on_selector_all(
-            "img", "imgs => imgs.map(i => ({alt: i.alt, w: i.naturalWidth, h: i.naturalHeight}))")
+            "img", "imgs => imgs.map(i => ({alt: i.alt, w: i.naturalWidth, h: i.naturalHeight}))"
+        )
         sections = page.eval_on_selector_all("section", "ss => ss.map(s => !!s.querySelector('h2'))")
         title = page.title()
         if screenshot:
             page.screenshot(path=screenshot, full_page=False)
         browser.close()
     broken = [i["alt"] for i in images if not i["w"] or not i["h"]]
-    result = {"title": title, "images": len(images), "broken_images": broken, "sections": len(sections),
-              "sections_without_heading": sections.count(False), "errors": errors}
+    result = {
+        "title": title,
+        "images": len(images),
+        "broken_images": broken,
+        "sections": len(sections),
+        "sections_without_heading": sections.count(False),
+        "errors": errors,
+    }
     result["ok"] = not broken and not errors and all(sections) and len(images) > 0
     return result
 

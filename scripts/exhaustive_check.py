@@ -112,8 +112,9 @@ def main():
     }
     for k, v in sorted(totals.items()):
         print(f"{k:45s} {inputs:>12d} inputs  {v} mismatches")
-    print(f"total mismatches: {sum(totals.values())} over {len(totals)} cases of {inputs} inputs "
-          f"({result['seconds']} s)")
+    print(
+        f"total mismatches: {sum(totals.values())} over {len(totals)} cases of {inputs} inputs ({result['seconds']} s)"
+    )
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(result, fh, indent=2)

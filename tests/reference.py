@@ -58,9 +58,24 @@ def bracket(x, fmt, table):
     lo = ext_vals[lo_i]
     hi = ext_vals[hi_i]
     mid = (lo + hi) / 2  # neighbours: exact (<= 12 significant bits) for formats of up to 16 bits
-    return dict(neg=neg, a=a, af=af, af_c=af_c, nan=nan, inf=inf, lo=lo, hi=hi, exact=exact,
-                above_mid=af_c > mid, at_mid=af_c == mid, lo_odd=(ext_codes[lo_i] & 1) == 1,
-                beyond=af > ext_vals[-1], below=af < vals[0], vals=vals, vmax=vmax)
+    return dict(
+        neg=neg,
+        a=a,
+        af=af,
+        af_c=af_c,
+        nan=nan,
+        inf=inf,
+        lo=lo,
+        hi=hi,
+        exact=exact,
+        above_mid=af_c > mid,
+        at_mid=af_c == mid,
+        lo_odd=(ext_codes[lo_i] & 1) == 1,
+        beyond=af > ext_vals[-1],
+        below=af < vals[0],
+        vals=vals,
+        vmax=vmax,
+    )
     # (for float32 input the midpoint test is exact too: lo and hi are adjacent
     # values of a format of at most 16 bits, so (lo + hi) / 2 has at most 13
     # significant bits)
@@ -99,8 +114,9 @@ def round_reference(x, fmt, table, mode, saturate=False, u=None, b=None):
     if saturate or fmt.nan.value == "none":
         r = np.where(over, vmax, r)
     else:
-        to_max = {"rtz": np.ones(a.shape, bool), "rto": np.ones(a.shape, bool),
-                  "rup": neg, "rdn": ~neg}.get(mode, np.zeros(a.shape, bool))
+        to_max = {"rtz": np.ones(a.shape, bool), "rto": np.ones(a.shape, bool), "rup": neg, "rdn": ~neg}.get(
+            mode, np.zeros(a.shape, bool)
+        )
         big = np.inf if fmt.inf else np.nan
         r = np.where(over, np.where(to_max, vmax, big), r)
     if not fmt.has_zero:

@@ -7,9 +7,18 @@ import pytest
 import fp8sim
 
 
-@pytest.mark.parametrize("x", [np.arange(4), np.array([1, 2], dtype=object), np.array([True]),
-                               np.array([1 + 2j]), np.array([1.0], np.float16),
-                               np.array([1.0], ml_dtypes.bfloat16), ["a"]])
+@pytest.mark.parametrize(
+    "x",
+    [
+        np.arange(4),
+        np.array([1, 2], dtype=object),
+        np.array([True]),
+        np.array([1 + 2j]),
+        np.array([1.0], np.float16),
+        np.array([1.0], ml_dtypes.bfloat16),
+        ["a"],
+    ],
+)
 @pytest.mark.parametrize("func", [fp8sim.round, fp8sim.encode])
 def test_non_float_input_is_rejected(func, x):
     with pytest.raises(TypeError, match="float32 or float64"):

@@ -66,8 +66,9 @@ def test_verify_exit_codes(capsys, tmp_path):
 def test_report_quick(tmp_path, capsys):
     # the quick report as README runs it, with the training comparison cut to 4 steps to spare CI time
     (tmp_path / "cfg.toml").write_text("[training]\nsteps = 4\n")
-    code, out, _ = run(capsys, "report", "--out", str(tmp_path), "--quick", "--quiet",
-                       "--config", str(tmp_path / "cfg.toml"))
+    code, out, _ = run(
+        capsys, "report", "--out", str(tmp_path), "--quick", "--quiet", "--config", str(tmp_path / "cfg.toml")
+    )
     assert code == 0
     summary = json.loads((tmp_path / "summary.json").read_text())
     html = (tmp_path / "index.html").read_text()
@@ -77,8 +78,7 @@ def test_report_quick(tmp_path, capsys):
     assert summary["sections"]["formats"]["e4m3"]["max"] == 448.0
     rn = summary["sections"]["rounding"]["e4m3/rne"]["mean_rel_error"]
     assert 0 < rn < 2.0**-4  # below the unit roundoff of E4M3
-    assert set(summary["sections"]) == {"formats", "rounding", "granularity", "accumulation", "tensorcore",
-                                        "training"}
+    assert set(summary["sections"]) == {"formats", "rounding", "granularity", "accumulation", "tensorcore", "training"}
     assert summary["sections"]["training"]["steps"] == 4
     assert set(summary["sections"]["training"]) == {"steps", "bf16", "deepseek-v3"}
 
@@ -108,16 +108,18 @@ steps = 2
 
 def test_report_config_selects_studies_and_options(tmp_path, capsys):
     (tmp_path / "r.toml").write_text(TINY)
-    code, out, _ = run(capsys, "report", "--out", str(tmp_path / "a"), "--config", str(tmp_path / "r.toml"),
-                       "--json", "--jobs", "2")
+    code, out, _ = run(
+        capsys, "report", "--out", str(tmp_path / "a"), "--config", str(tmp_path / "r.toml"), "--json", "--jobs", "2"
+    )
     assert code == 0
     summary = json.loads(out)
     assert summary["seed"] == 3 and summary["config"]["training"]["steps"] == 2
     sec = summary["sections"]
     assert list(sec) == ["rounding", "granularity", "accumulation", "training"]
     assert set(sec["rounding"]) == {"e5m2/rne", "e5m2/rtz"}
-    assert set(sec["granularity"]) == {f"{d}/e4m3/{g}" for d in ("gaussian", "outlier_channels")
-                                       for g in ("tensor", "1x128", "mx32")}
+    assert set(sec["granularity"]) == {
+        f"{d}/e4m3/{g}" for d in ("gaussian", "outlier_channels") for g in ("tensor", "1x128", "mx32")
+    }
     # one outlier channel sets the per-tensor scale; 1x128 tiles confine it
     assert sec["granularity"]["outlier_channels/e4m3/1x128"] > sec["granularity"]["outlier_channels/e4m3/tensor"]
     assert sec["accumulation"]["K"] == 256
@@ -130,24 +132,28 @@ def test_report_config_selects_studies_and_options(tmp_path, capsys):
     # the same config as JSON, run in this process instead of two workers, gives the same numbers
     cfg = tomllib.loads(TINY)
     (tmp_path / "r.json").write_text(json.dumps(cfg))
-    code, out, _ = run(capsys, "report", "--out", str(tmp_path / "b"), "--config", str(tmp_path / "r.json"),
-                       "--json", "--jobs", "1")
+    code, out, _ = run(
+        capsys, "report", "--out", str(tmp_path / "b"), "--config", str(tmp_path / "r.json"), "--json", "--jobs", "1"
+    )
     again = json.loads(out)["sections"]
     assert code == 0
     assert again["granularity"] == sec["granularity"] and again["rounding"] == sec["rounding"]
 
 
-@pytest.mark.parametrize("text, message", [
-    ("bogus = 1", "unknown key 'bogus'; known: seed, quick, studies"),
-    ("[granularity]\ntile = 3", "[granularity] has no option 'tile'; known: shape"),
-    ("[granularity]\ngranularities = ['1x128', 'blocky']", "unknown 'blocky'; known: tensor, row"),
-    ("[rounding]\nformats = ['e9m9']", "known formats: e4m3"),
-    ("[training]\nrecipes = ['fp7']", "fp7"),
-    ("[training]\nsteps = 0", "[training] steps: expected a positive integer, got 0"),
-    ("[granularity]\nshape = [64]", "expected two positive integers"),
-    ("studies = ['formats', 'speed']", "unknown 'speed'; known: formats, rounding"),
-    ("[training\nsteps = 1", "is not valid TOML"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("bogus = 1", "unknown key 'bogus'; known: seed, quick, studies"),
+        ("[granularity]\ntile = 3", "[granularity] has no option 'tile'; known: shape"),
+        ("[granularity]\ngranularities = ['1x128', 'blocky']", "unknown 'blocky'; known: tensor, row"),
+        ("[rounding]\nformats = ['e9m9']", "known formats: e4m3"),
+        ("[training]\nrecipes = ['fp7']", "fp7"),
+        ("[training]\nsteps = 0", "[training] steps: expected a positive integer, got 0"),
+        ("[granularity]\nshape = [64]", "expected two positive integers"),
+        ("studies = ['formats', 'speed']", "unknown 'speed'; known: formats, rounding"),
+        ("[training\nsteps = 1", "is not valid TOML"),
+    ],
+)
 def test_report_config_errors_are_usage_errors(tmp_path, capsys, text, message):
     (tmp_path / "bad.toml").write_text(text)
     code, _, err = run(capsys, "report", "--out", str(tmp_path / "o"), "--config", str(tmp_path / "bad.toml"))
@@ -163,8 +169,16 @@ def test_report_config_missing_file(tmp_path, capsys):
 def test_quantize_command(tmp_path, capsys):
     x = np.random.default_rng(0).standard_normal((16, 256)).astype(np.float32)
     np.save(tmp_path / "x.npy", x)
-    code, out, _ = run(capsys, "quantize", str(tmp_path / "x.npy"), "--granularity", "1x128", "--json",
-                       "--out", str(tmp_path / "q.npz"))
+    code, out, _ = run(
+        capsys,
+        "quantize",
+        str(tmp_path / "x.npy"),
+        "--granularity",
+        "1x128",
+        "--json",
+        "--out",
+        str(tmp_path / "q.npz"),
+    )
     res = json.loads(out)
     q = fp8sim.quantize(x, "e4m3", "1x128")
     assert code == 0 and res["scales_shape"] == [16, 2]

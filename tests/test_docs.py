@@ -27,8 +27,13 @@ def _text(page: Path) -> str:
 def site(tmp_path_factory) -> Path:
     out_dir = tmp_path_factory.mktemp("docs") / "site"
     env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
-    out = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out_dir)],
-                         cwd=ROOT, capture_output=True, text=True, env=env)
+    out = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out_dir)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     if out.returncode != 0:
         print(out.stdout)
         print(out.stderr)

@@ -12,8 +12,14 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def run_example(name, *args, timeout=600):
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    out = subprocess.run([sys.executable, str(ROOT / "examples" / name), *args], capture_output=True,
-                         text=True, timeout=timeout, env=env, cwd=ROOT)
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / name), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=ROOT,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     return out.stdout
 

@@ -15,9 +15,19 @@ SMALL = [f for f in fp8sim.CATALOGUE.values() if f.bits <= 16]
 # Values fixed by the specifications (OCP 8-bit FP v1.0, OCP MX v1.0, IEEE 754),
 # not by our code.
 SPEC_MAX = {
-    "e4m3": 448.0, "e5m2": 57344.0, "e4m3fnuz": 240.0, "e5m2fnuz": 57344.0, "e8m0": 2.0**127,
-    "e2m1": 6.0, "e2m3": 7.5, "e3m2": 28.0, "e3m4": 15.5, "bf16": float(ml_dtypes.finfo(ml_dtypes.bfloat16).max),
-    "fp16": 65504.0, "fp32": float(np.finfo(np.float32).max), "tf32": (2 - 2.0**-10) * 2.0**127,
+    "e4m3": 448.0,
+    "e5m2": 57344.0,
+    "e4m3fnuz": 240.0,
+    "e5m2fnuz": 57344.0,
+    "e8m0": 2.0**127,
+    "e2m1": 6.0,
+    "e2m3": 7.5,
+    "e3m2": 28.0,
+    "e3m4": 15.5,
+    "bf16": float(ml_dtypes.finfo(ml_dtypes.bfloat16).max),
+    "fp16": 65504.0,
+    "fp32": float(np.finfo(np.float32).max),
+    "tf32": (2 - 2.0**-10) * 2.0**127,
     "e5m6": (2 - 2.0**-6) * 2.0**15,
 }
 
@@ -63,8 +73,7 @@ def test_every_code_decodes_like_gfloat(fmt):
 def test_every_code_decodes_like_ml_dtypes(fmt):
     codes = np.arange(fmt.num_codes, dtype=fmt.code_dtype)
     ours = fp8sim.decode(codes, fmt)
-    ref = codes.view(fmt.ml_dtype).astype(np.float64) if np.dtype(fmt.ml_dtype).itemsize == codes.itemsize \
-        else None
+    ref = codes.view(fmt.ml_dtype).astype(np.float64) if np.dtype(fmt.ml_dtype).itemsize == codes.itemsize else None
     assert ref is not None
     same = ((ours == ref) & (np.signbit(ours) == np.signbit(ref))) | (np.isnan(ours) & np.isnan(ref))
     assert same.all()

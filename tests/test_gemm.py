@@ -28,9 +28,17 @@ def bits_equal(x, y):
 def unit_scaled(a, b, fa, fb, promote):
     M, K = a.shape
     N = b.shape[1]
-    return scaled_matmul(a, b, np.ones((M, 1), np.float32), np.ones((1, N), np.float32), a_format=fa,
-                         b_format=fb, kscale=K, promote_every=promote,
-                         scale_at="promotion" if promote else "epilogue")
+    return scaled_matmul(
+        a,
+        b,
+        np.ones((M, 1), np.float32),
+        np.ones((1, N), np.float32),
+        a_format=fa,
+        b_format=fb,
+        kscale=K,
+        promote_every=promote,
+        scale_at="promotion" if promote else "epilogue",
+    )
 
 
 def random_codes(rng, shape, fmt, kind):
@@ -184,14 +192,26 @@ def test_exact_accumulation_with_unit_scales_is_correctly_rounded():
     b = random_codes(rng, (32, 7), "e5m2", "wide")
     M, K = a.shape
     N = b.shape[1]
-    y = scaled_matmul(a, b, np.ones((M, 1), np.float32), np.ones((1, N), np.float32), a_format="e4m3",
-                      b_format="e5m2", kscale=K, accumulator="exact", promote_every=None, scale_at="epilogue")
+    y = scaled_matmul(
+        a,
+        b,
+        np.ones((M, 1), np.float32),
+        np.ones((1, N), np.float32),
+        a_format="e4m3",
+        b_format="e5m2",
+        kscale=K,
+        accumulator="exact",
+        promote_every=None,
+        scale_at="epilogue",
+    )
     va = fp8sim.decode(a, "e4m3").astype(np.float64)
     vb = fp8sim.decode(b, "e5m2").astype(np.float64)
     for i in range(M):
         for j in range(N):
-            q = sum((fractions.Fraction(float(va[i, k])) * fractions.Fraction(float(vb[k, j])) for k in range(K)),
-                    fractions.Fraction(0))
+            q = sum(
+                (fractions.Fraction(float(va[i, k])) * fractions.Fraction(float(vb[k, j])) for k in range(K)),
+                fractions.Fraction(0),
+            )
             assert y[i, j] == _round_f32(q), (i, j)
 
 
@@ -275,8 +295,9 @@ def _exact_operands(rng, M, K, N):
 def test_decomposition_terms_vanish_when_sources_are_off():
     rng = np.random.default_rng(8)
     x, w = _exact_operands(rng, 6, 256, 10)
-    r = fp8sim.recipe("per-tensor-no-promotion").with_(x_granularity="1x128", w_granularity="128x128",
-                                                       scale_at="promotion", promote_every=128)
+    r = fp8sim.recipe("per-tensor-no-promotion").with_(
+        x_granularity="1x128", w_granularity="128x128", scale_at="promotion", promote_every=128
+    )
     qx, qw = quantize_operands(x, w, r)
     assert (qx.scales == 1).all() and (qw.scales == 1).all()
     off = r.with_(accumulator="fp64", output_format="fp64")
@@ -286,8 +307,12 @@ def test_decomposition_terms_vanish_when_sources_are_off():
         assert rep.terms[k]["rel_frobenius"] == 0.0, k
     ref = x.astype(np.float64) @ w.astype(np.float64)
     assert np.abs(y - ref).max() <= 2**-22 * np.abs(ref).max()  # only the fp32 promotion rounds
-    _, rep = fp8sim.gemm(x, w, off.with_(promote_every=None, scale_at="epilogue", x_granularity="tensor",
-                                         w_granularity="tensor"), report=True)
+    _, rep = fp8sim.gemm(
+        x,
+        w,
+        off.with_(promote_every=None, scale_at="epilogue", x_granularity="tensor", w_granularity="tensor"),
+        report=True,
+    )
     assert rep.terms["promotion"]["rel_frobenius"] == 0.0
     # switching each source on makes its term non-zero
     rng = np.random.default_rng(9)
@@ -321,6 +346,7 @@ def test_cupy_backend_requires_cupy_or_matches():
     w = rng.standard_normal((256, 16)).astype(np.float32)
     try:
         import cupy  # noqa: F401
+
         cupy.cuda.runtime.getDeviceCount()
     except Exception:
         with pytest.raises((ImportError, RuntimeError), match="(?i)cupy|gpu|cuda"):

@@ -61,9 +61,12 @@ def test_dtypes_and_shapes():
 
 
 @settings(max_examples=50)
-@given(hnp.arrays(np.float64, st.integers(1, 50),
-                  elements=st.floats(-1e6, 1e6).filter(lambda v: v == 0 or abs(v) > 1e-100)),
-       st.floats(1e-3, 1.0))
+@given(
+    hnp.arrays(
+        np.float64, st.integers(1, 50), elements=st.floats(-1e6, 1e6).filter(lambda v: v == 0 or abs(v) > 1e-100)
+    ),
+    st.floats(1e-3, 1.0),
+)
 def test_sqnr_matches_rel_frobenius(r, noise):
     a = r * (1 + noise)
     if not np.any(r):

@@ -60,10 +60,21 @@ def test_te_hybrid_backward():
     assert not np.array_equal(yf, yb)  # e5m2 gradients quantize differently
 
 
-@pytest.mark.parametrize("bad", [
-    dict(x_format="e3m4"), dict(x_format="e4m3", w_format="bf16"), dict(output_format="fp16"),
-    dict(accumulator="tf32"), dict(promote_every=100), dict(promote_every=0), dict(scale_at="kernel"),
-    dict(scale_application="fms"), dict(promote_every=None), dict(grad_format="bf16")])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        dict(x_format="e3m4"),
+        dict(x_format="e4m3", w_format="bf16"),
+        dict(output_format="fp16"),
+        dict(accumulator="tf32"),
+        dict(promote_every=100),
+        dict(promote_every=0),
+        dict(scale_at="kernel"),
+        dict(scale_application="fms"),
+        dict(promote_every=None),
+        dict(grad_format="bf16"),
+    ],
+)
 def test_validation(bad):
     with pytest.raises(ValueError):
         Recipe("bad", **bad)

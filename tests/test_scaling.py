@@ -43,8 +43,12 @@ def blocks_of(shape, block):
 
 # ---------------------------------------------------------------- properties
 @settings(max_examples=60)
-@given(arrays(), st.sampled_from(["tensor", "row", "col", "1x8", "4x8", "g4"]), st.sampled_from(FMTS),
-       st.sampled_from([("fp32", None), ("pow2", "rceil"), ("pow2", "ceil"), ("bf16", "ceil"), ("e8m0", "rceil")]))
+@given(
+    arrays(),
+    st.sampled_from(["tensor", "row", "col", "1x8", "4x8", "g4"]),
+    st.sampled_from(FMTS),
+    st.sampled_from([("fp32", None), ("pow2", "rceil"), ("pow2", "ceil"), ("bf16", "ceil"), ("e8m0", "rceil")]),
+)
 def test_round_trip_within_half_ulp(x, g, fmt, policy):
     """Without overflow (scales chosen so nothing overflows), each element is within half an ulp of
     the element format, times its scale, of the input."""
@@ -64,9 +68,13 @@ def test_round_trip_within_half_ulp(x, g, fmt, policy):
 
 
 @settings(max_examples=40)
-@given(arrays(), st.sampled_from(["tensor", "row", "1x8", "4x8", "g4", "mx32"]),
-       st.sampled_from(["floor", "ceil", "rceil", "even"]), st.sampled_from(["pow2", "e8m0"]),
-       st.integers(-2, 2))
+@given(
+    arrays(),
+    st.sampled_from(["tensor", "row", "1x8", "4x8", "g4", "mx32"]),
+    st.sampled_from(["floor", "ceil", "rceil", "even"]),
+    st.sampled_from(["pow2", "e8m0"]),
+    st.integers(-2, 2),
+)
 def test_power_of_two_scales_are_powers_of_two(x, g, rounding, sf, margin):
     if g == "mx32":
         sf = "e8m0"
@@ -96,8 +104,11 @@ def test_block_independence(x, g, data):
 
 
 @settings(max_examples=40)
-@given(hnp.arrays(np.float32, st.integers(1, 300), elements=finite32), st.sampled_from(FMTS),
-       st.sampled_from([("fp32", None), ("pow2", "floor"), ("bf16", "even")]))
+@given(
+    hnp.arrays(np.float32, st.integers(1, 300), elements=finite32),
+    st.sampled_from(FMTS),
+    st.sampled_from([("fp32", None), ("pow2", "floor"), ("bf16", "even")]),
+)
 def test_tensor_equals_1xN_covering_the_row(v, fmt, policy):
     sf, sr = policy
     x = v.reshape(1, -1)
@@ -130,8 +141,9 @@ def test_tiny_blocks_get_finite_scales():
 
 
 # ------------------------------------------------------------- MX vs gfloat
-@pytest.mark.parametrize("fmt,fi", [("e4m3", format_info_mxfp8_e4m3), ("e5m2", format_info_mxfp8_e5m2),
-                                    ("e2m1", format_info_mxfp4_e2m1)])
+@pytest.mark.parametrize(
+    "fmt,fi", [("e4m3", format_info_mxfp8_e4m3), ("e5m2", format_info_mxfp8_e5m2), ("e2m1", format_info_mxfp4_e2m1)]
+)
 def test_mx_equals_gfloat(fmt, fi):
     rng = np.random.default_rng(7)
     M, N = 6, 32 * 5
@@ -143,9 +155,9 @@ def test_mx_equals_gfloat(fmt, fi):
     d = q.dequantize(np.float64)
     for i in range(M):
         for j in range(0, N, 32):
-            blk = x[i, j:j + 32].astype(np.float64)
+            blk = x[i, j : j + 32].astype(np.float64)
             ref = quantize_block(fi, blk, compute_scale_amax)
-            assert np.array_equal(d[i, j:j + 32], ref), (i, j)
+            assert np.array_equal(d[i, j : j + 32], ref), (i, j)
             assert q.scales[i, j // 32] == compute_scale_amax(fi.etype.emax, blk)
     # the E8M0 bytes are the scale exponents + 127
     assert np.array_equal(q.scale_codes, (np.log2(q.scales.astype(np.float64)) + 127).astype(np.uint8))
@@ -164,11 +176,13 @@ def test_mx_definition_floor():
 
 def test_scale_roundings_by_definition():
     """FLOOR/CEIL/RCEIL/EVEN from their definitions, on chosen amaxes (e4m3: emax 8, max 448)."""
-    cases = {300.0: {"floor": 0, "ceil": 1, "rceil": 0, "even": 0},
-             449.0: {"floor": 0, "ceil": 1, "rceil": 1, "even": 0},
-             256.0: {"floor": 0, "ceil": 0, "rceil": 0, "even": 0},
-             500.0: {"floor": 0, "ceil": 1, "rceil": 1, "even": 1},  # 500 rounds to 512 at 3 bits
-             0.75: {"floor": -9, "ceil": -8, "rceil": -9, "even": -9}}
+    cases = {
+        300.0: {"floor": 0, "ceil": 1, "rceil": 0, "even": 0},
+        449.0: {"floor": 0, "ceil": 1, "rceil": 1, "even": 0},
+        256.0: {"floor": 0, "ceil": 0, "rceil": 0, "even": 0},
+        500.0: {"floor": 0, "ceil": 1, "rceil": 1, "even": 1},  # 500 rounds to 512 at 3 bits
+        0.75: {"floor": -9, "ceil": -8, "rceil": -9, "even": -9},
+    }
     for amax, exp in cases.items():
         x = np.array([amax, 0.0], np.float32)
         for r, e in exp.items():
@@ -205,24 +219,27 @@ def test_nvfp4_two_level():
 
 
 # -------------------------------------------------------------- layouts
-@pytest.mark.parametrize("g,shape,scale_shape,block", [
-    ("tensor", (5, 7), (1, 1), (5, 7)),
-    ("row", (5, 7), (5, 1), (1, 7)),
-    ("col", (5, 7), (1, 7), (5, 1)),
-    ("1x128", (3, 300), (3, 3), (1, 128)),
-    ("128x128", (300, 129), (3, 2), (128, 128)),
-    ("128x128", (2, 3, 130, 40), (2, 3, 2, 1), (1, 1, 128, 40)),
-    ("g32", (4, 70), (4, 3), (1, 32)),
-    (Group(16, axis=0), (40, 3), (3, 3), (16, 1)),
-    (Group(4, axis=1), (2, 10, 3), (2, 3, 3), (1, 4, 1)),
-    ("mx32", (100,), (4,), (32,)),
-    (MX(32, axis=-2), (64, 5), (2, 5), (32, 1)),
-    ("nvfp4", (3, 33), (3, 3), (1, 16)),
-    ("1x128", (200,), (2,), (128,)),
-    ("col", (6,), (6,), (1,)),
-    ("row", (2, 3, 4), (2, 3, 1), (1, 1, 4)),
-    ("tensor", (2, 3, 4), (1, 1, 1), (2, 3, 4)),
-])
+@pytest.mark.parametrize(
+    "g,shape,scale_shape,block",
+    [
+        ("tensor", (5, 7), (1, 1), (5, 7)),
+        ("row", (5, 7), (5, 1), (1, 7)),
+        ("col", (5, 7), (1, 7), (5, 1)),
+        ("1x128", (3, 300), (3, 3), (1, 128)),
+        ("128x128", (300, 129), (3, 2), (128, 128)),
+        ("128x128", (2, 3, 130, 40), (2, 3, 2, 1), (1, 1, 128, 40)),
+        ("g32", (4, 70), (4, 3), (1, 32)),
+        (Group(16, axis=0), (40, 3), (3, 3), (16, 1)),
+        (Group(4, axis=1), (2, 10, 3), (2, 3, 3), (1, 4, 1)),
+        ("mx32", (100,), (4,), (32,)),
+        (MX(32, axis=-2), (64, 5), (2, 5), (32, 1)),
+        ("nvfp4", (3, 33), (3, 3), (1, 16)),
+        ("1x128", (200,), (2,), (128,)),
+        ("col", (6,), (6,), (1,)),
+        ("row", (2, 3, 4), (2, 3, 1), (1, 1, 4)),
+        ("tensor", (2, 3, 4), (1, 1, 1), (2, 3, 4)),
+    ],
+)
 def test_scale_layouts(g, shape, scale_shape, block):
     rng = np.random.default_rng(0)
     x = (rng.standard_normal(shape) * rng.uniform(0.01, 100, shape)).astype(np.float32)
@@ -403,8 +420,19 @@ def test_float32_fast_path_equals_general_path_on_a_bit_pattern_sweep(fmt):
                 assert np.array_equal(a.codes, b.codes), (fmt, amax, sf, sat, int((a.codes != b.codes).sum()))
 
 
-@pytest.mark.parametrize("g, sf", [("1x128", "fp32"), ("128x128", "fp32"), ("4x8", "fp32"), ("mx32", None),
-                                   ("1x32", "pow2"), ("64x16", "bf16"), ("row", "fp32"), ("tensor", "fp32")])
+@pytest.mark.parametrize(
+    "g, sf",
+    [
+        ("1x128", "fp32"),
+        ("128x128", "fp32"),
+        ("4x8", "fp32"),
+        ("mx32", None),
+        ("1x32", "pow2"),
+        ("64x16", "bf16"),
+        ("row", "fp32"),
+        ("tensor", "fp32"),
+    ],
+)
 def test_float32_fused_kernels_equal_general_path(g, sf):
     rng = np.random.default_rng(7)
     for shape in ((300, 700), (257, 129), (3, 5, 260)):  # ragged edges, batch dims, >= 4 block rows

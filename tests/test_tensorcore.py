@@ -141,8 +141,9 @@ def test_exact_preset_matches_fraction_reference(fa, fb):
     for t in range(2):
         for i in range(8):
             for j in range(8):
-                fr = Fraction(float(c[t, i, j])) + sum(Fraction(float(va[t, i, k])) * Fraction(float(vb[t, k, j]))
-                                                       for k in range(32))
+                fr = Fraction(float(c[t, i, j])) + sum(
+                    Fraction(float(va[t, i, k])) * Fraction(float(vb[t, k, j])) for k in range(32)
+                )
                 assert d[t, i, j] == _round_f32(fr)
 
 
@@ -152,7 +153,7 @@ def test_exact_preset_no_double_rounding():
     b = np.zeros((32, 1), np.uint8)
     dt = ml_dtypes.float8_e5m2
     a[0, 0] = np.array(2.0**3, np.float32).astype(dt).view(np.uint8)
-    b[0, 0] = np.array(2.0**3, np.float32).astype(dt).view(np.uint8)   # 2^6
+    b[0, 0] = np.array(2.0**3, np.float32).astype(dt).view(np.uint8)  # 2^6
     a[0, 1] = np.array(2.0**-16, np.float32).astype(dt).view(np.uint8)
     b[1, 0] = np.array(2.0**-16, np.float32).astype(dt).view(np.uint8)  # 2^-32
     c = np.array([[2.0**30]], np.float32)
@@ -170,7 +171,7 @@ def test_fp32_preset_matches_sequential_fp32(fa, fb):
     va, vb = dec(a, fa).astype(np.float32), dec(b, fb).astype(np.float32)
     acc = c.copy()
     for k in range(32):
-        acc = (acc + va[:, :, k:k + 1] * vb[:, k:k + 1, :]).astype(np.float32)
+        acc = (acc + va[:, :, k : k + 1] * vb[:, k : k + 1, :]).astype(np.float32)
     assert bits_equal(d, acc).all()
 
 
@@ -182,14 +183,14 @@ def test_matmul_chains_instructions_and_promotes():
     kw = dict(a_format="e4m3", b_format="e4m3")
     acc = c
     for k0 in range(0, 256, 32):
-        acc = tc.mma(a[:, k0:k0 + 32], b[k0:k0 + 32], acc, **kw)
+        acc = tc.mma(a[:, k0 : k0 + 32], b[k0 : k0 + 32], acc, **kw)
     assert bits_equal(tc.matmul(a, b, c, **kw), acc).all()
     # promotion every 96 (3 instructions): 96 + 96 + remainder 64
     tot = c.copy()
     for k0, k1 in ((0, 96), (96, 192), (192, 256)):
         part = np.zeros_like(c)
         for k in range(k0, k1, 32):
-            part = tc.mma(a[:, k:k + 32], b[k:k + 32], part, **kw)
+            part = tc.mma(a[:, k : k + 32], b[k : k + 32], part, **kw)
         tot = (tot + part).astype(np.float32)
     assert bits_equal(tc.matmul(a, b, c, promote_every=96, **kw), tot).all()
     assert bits_equal(tc.matmul(a[:, :32], b[:32], c, **kw), tc.mma(a[:, :32], b[:32], c, **kw)).all()
@@ -267,7 +268,10 @@ def test_hardware_cvt_vectors_against_encode():
         f = fp8sim.format(fmt)
         isnan = np.array([f.is_nan_code(i) for i in range(256)])
         ok = (hw == ref) | (isnan[hw] & isnan[ref])
-        assert ok.all(), (fmt, [(hex(int(p)), hex(int(h)), hex(int(r))) for p, h, r in zip(pts[~ok], hw[~ok], ref[~ok])][:8])
+        assert ok.all(), (
+            fmt,
+            [(hex(int(p)), hex(int(h)), hex(int(r))) for p, h, r in zip(pts[~ok], hw[~ok], ref[~ok])][:8],
+        )
 
 
 # ------------------------------------------------------------ probe replay

@@ -27,8 +27,14 @@ from fp8sim.training.model import (
 from fp8sim.training.optim import AdamW, lr_schedule
 from fp8sim.training.train import Fault, TrainConfig, relative_loss_error, train_one
 
-TINY = TrainConfig(model=ModelConfig(d_model=32, n_layers=1, n_heads=2, d_ff=64, context=16), batch=4,
-                   corpus_tokens=20000, warmup=3, checkpoint_interval=4, eval_batches=1)
+TINY = TrainConfig(
+    model=ModelConfig(d_model=32, n_layers=1, n_heads=2, d_ff=64, context=16),
+    batch=4,
+    corpus_tokens=20000,
+    warmup=3,
+    checkpoint_interval=4,
+    eval_batches=1,
+)
 
 
 # ------------------------------------------------------------------ finite differences (fp64)
@@ -323,8 +329,9 @@ def test_single_nan_step_is_skipped_without_restart():
 def test_outlier_triggers_drift_warning(clean_run):
     layer = "layer0.mlp.up"
     res = train_one("deepseek-v3", 20, seed=0, config=TINY, faults=[Fault("outlier", 15, layer=layer, factor=1e6)])
-    amax_warn = [e for e in res.events if e.kind == "drift" and e.data["tensor"] == f"{layer}:x"
-                 and e.data["stat"] == "amax"]
+    amax_warn = [
+        e for e in res.events if e.kind == "drift" and e.data["tensor"] == f"{layer}:x" and e.data["stat"] == "amax"
+    ]
     assert [e.step for e in amax_warn] == [15]
     assert not [e for e in clean_run.events if e.kind == "drift" and e.data["stat"] == "amax"]
     # the outlier's own 1x128 tile flushes to zero around it: underflow jumps in that step
@@ -373,13 +380,34 @@ def test_cli_train(tmp_path, capsys):
     from fp8sim.cli import main
 
     out = tmp_path / "t"
-    code = main(["train", "--recipes", "bf16,deepseek-v3", "--steps", "3", "--seed", "0", "--out", str(out),
-                 "--quiet", "--json"])
+    code = main(
+        [
+            "train",
+            "--recipes",
+            "bf16,deepseek-v3",
+            "--steps",
+            "3",
+            "--seed",
+            "0",
+            "--out",
+            str(out),
+            "--quiet",
+            "--json",
+        ]
+    )
     s = json.loads(capsys.readouterr().out)
     assert code == 0 and s["steps"] == 3 and s["fidelity"] == "fast" and s["gemm_backend"] == "fp8sim.gemm"
     r = s["recipes"]["deepseek-v3"]
-    for k in ("final_loss", "mean_loss", "rel_loss_error_vs_bf16", "n_saturated", "n_underflow", "nonfinite_steps",
-              "wall_time_s", "fidelity"):
+    for k in (
+        "final_loss",
+        "mean_loss",
+        "rel_loss_error_vs_bf16",
+        "n_saturated",
+        "n_underflow",
+        "nonfinite_steps",
+        "wall_time_s",
+        "fidelity",
+    ):
         assert k in r
     assert s["recipes"]["bf16"]["rel_loss_error_vs_bf16"] is None
     assert json.loads((out / "summary.json").read_text())["recipes"].keys() == {"bf16", "deepseek-v3"}

@@ -71,7 +71,7 @@ def _blocks(lines: list[str]) -> list[str]:
             while j + 1 < len(lines) and lines[j + 1].strip():
                 j += 1
             pad = " " * _indent(line)
-            table = [t.replace("``", "") for t in lines[i:j + 1]]  # code markup means nothing in a code block
+            table = [t.replace("``", "") for t in lines[i : j + 1]]  # code markup means nothing in a code block
             out += [pad + "```text", *table, pad + "```"]
             i = j + 1
             continue
@@ -107,8 +107,9 @@ def _sections(lines: list[str]) -> list[str]:
     i = 0
     while i < len(lines):
         title = lines[i].strip().lower()
-        is_header = (i + 1 < len(lines) and set(lines[i + 1].strip()) == {"-"}
-                     and len(lines[i + 1].strip()) >= 3 and title)
+        is_header = (
+            i + 1 < len(lines) and set(lines[i + 1].strip()) == {"-"} and len(lines[i + 1].strip()) >= 3 and title
+        )
         if not is_header or (title not in ITEM_SECTIONS and title not in FREE_SECTIONS):
             out.append(lines[i])
             i += 1

@@ -64,9 +64,12 @@ def errors(ref, y) -> dict:
     m = (ref != 0) & np.isfinite(y)
     rel = np.abs(y[m] - ref[m]) / np.abs(ref[m])
     fro = float(np.linalg.norm((y - ref)[np.isfinite(y)]) / np.linalg.norm(ref))
-    return {"max_rel": float(rel.max()) if rel.size else float("nan"),
-            "median_rel": float(np.median(rel)) if rel.size else float("nan"),
-            "rel_frobenius": fro, "n": int(m.sum())}
+    return {
+        "max_rel": float(rel.max()) if rel.size else float("nan"),
+        "median_rel": float(np.median(rel)) if rel.size else float("nan"),
+        "rel_frobenius": fro,
+        "n": int(m.sum()),
+    }
 
 
 def accumulate(a_codes, b_codes, model: str, promote):
@@ -75,13 +78,31 @@ def accumulate(a_codes, b_codes, model: str, promote):
 
     M, K = a_codes.shape
     N = b_codes.shape[1]
-    return scaled_matmul(a_codes, b_codes, np.ones((M, 1), np.float32), np.ones((1, N), np.float32),
-                         a_format="e4m3", b_format="e4m3", kscale=K, accumulator=model, promote_every=promote,
-                         scale_at="epilogue")
+    return scaled_matmul(
+        a_codes,
+        b_codes,
+        np.ones((M, 1), np.float32),
+        np.ones((1, N), np.float32),
+        a_format="e4m3",
+        b_format="e4m3",
+        kscale=K,
+        accumulator=model,
+        promote_every=promote,
+        scale_at="epilogue",
+    )
 
 
-def run(out_dir, *, quick: bool = False, progress: bool = True, seed: int = 0, k_max=None, size=None,
-        distributions=None, recipes=None) -> dict:
+def run(
+    out_dir,
+    *,
+    quick: bool = False,
+    progress: bool = True,
+    seed: int = 0,
+    k_max=None,
+    size=None,
+    distributions=None,
+    recipes=None,
+) -> dict:
     """Run the study; write CSV and figures to ``out_dir``; return a summary dict.
 
     ``k_max`` (K = 128, 256, ... up to it; default 16384, 4096 with ``quick``),
@@ -130,14 +151,30 @@ def run(out_dir, *, quick: bool = False, progress: bool = True, seed: int = 0, k
                 for promote in (None, 128):
                     y = accumulate(a[:mm], b[:, :mm], model, promote)
                     e = errors(ref[:mm, :mm], y)
-                    rows.append({"part": "accumulator", "distribution": dist, "config": model, "K": K,
-                                 "promote_every": promote or 0, **e})
+                    rows.append(
+                        {
+                            "part": "accumulator",
+                            "distribution": dist,
+                            "config": model,
+                            "K": K,
+                            "promote_every": promote or 0,
+                            **e,
+                        }
+                    )
                     bar.update()
             ref64 = x.astype(np.float64) @ w.astype(np.float64)
             for name in recs:
                 y = fp8sim.gemm(x, w, name)
-                rows.append({"part": "recipe", "distribution": dist, "config": name, "K": K,
-                             "promote_every": fp8sim.recipe(name).promote_every or 0, **errors(ref64, y)})
+                rows.append(
+                    {
+                        "part": "recipe",
+                        "distribution": dist,
+                        "config": name,
+                        "K": K,
+                        "promote_every": fp8sim.recipe(name).promote_every or 0,
+                        **errors(ref64, y),
+                    }
+                )
                 bar.update()
         x, w = xs[:, :K_sweep], ws[:K_sweep]
         a = fp8sim.encode(x, "e4m3", saturate=True)
@@ -145,8 +182,16 @@ def run(out_dir, *, quick: bool = False, progress: bool = True, seed: int = 0, k
         ref = fp8sim.decode(a, "e4m3").astype(np.float64) @ fp8sim.decode(b, "e4m3").astype(np.float64)
         for P in Ps:
             y = accumulate(a, b, "wgmma", P)
-            rows.append({"part": "promotion", "distribution": dist, "config": "wgmma", "K": K_sweep,
-                         "promote_every": P, **errors(ref, y)})
+            rows.append(
+                {
+                    "part": "promotion",
+                    "distribution": dist,
+                    "config": "wgmma",
+                    "K": K_sweep,
+                    "promote_every": P,
+                    **errors(ref, y),
+                }
+            )
             bar.update()
     bar.close()
     csv_path = os.path.join(out_dir, "accumulation_study.csv")
@@ -157,8 +202,14 @@ def run(out_dir, *, quick: bool = False, progress: bool = True, seed: int = 0, k
             wr.writerow({k: r[k] for k in COLUMNS})
     figures = _figures(rows, out_dir)
     headline = _headline(rows, Ks)
-    return {"csv": csv_path, "figures": figures, "rows": rows, "headline": headline,
-            "seconds": time.time() - t0, "quick": quick}
+    return {
+        "csv": csv_path,
+        "figures": figures,
+        "rows": rows,
+        "headline": headline,
+        "seconds": time.time() - t0,
+        "quick": quick,
+    }
 
 
 def _headline(rows, Ks) -> dict:
@@ -191,16 +242,23 @@ def _figures(rows, out_dir) -> list[str]:
         for ax, dist in zip(axes, dists):
             for model in MODELS:
                 for promote, ls in ((0, "-"), (128, "--")):
-                    pts = sorted((r["K"], r[metric]) for r in rows if r["part"] == "accumulator"
-                                 and r["distribution"] == dist and r["config"] == model
-                                 and r["promote_every"] == promote)
+                    pts = sorted(
+                        (r["K"], r[metric])
+                        for r in rows
+                        if r["part"] == "accumulator"
+                        and r["distribution"] == dist
+                        and r["config"] == model
+                        and r["promote_every"] == promote
+                    )
                     if pts:
-                        ax.loglog(*zip(*pts), ls, marker="o", ms=3,
-                                  label=f"{model}" + (" + promote 128" if promote else ""))
+                        ax.loglog(
+                            *zip(*pts), ls, marker="o", ms=3, label=f"{model}" + (" + promote 128" if promote else "")
+                        )
             if dist == "uniform":
                 ax.axhline(DEEPSEEK_V3_K4096_NO_PROMOTION_MAX, color="k", lw=0.8, ls=":")
-                ax.annotate("DeepSeek-V3: 'nearly 2%' at K=4096", (130, DEEPSEEK_V3_K4096_NO_PROMOTION_MAX * 1.15),
-                            fontsize=7)
+                ax.annotate(
+                    "DeepSeek-V3: 'nearly 2%' at K=4096", (130, DEEPSEEK_V3_K4096_NO_PROMOTION_MAX * 1.15), fontsize=7
+                )
             ax.set_title(f"{dist} inputs (e4m3, no scaling)")
             ax.set_xlabel("K")
             ax.set_xscale("log", base=2)
@@ -216,8 +274,11 @@ def _figures(rows, out_dir) -> list[str]:
         fig, axes = panels()
         for ax, dist in zip(axes, dists):
             for name in recs:
-                pts = sorted((r["K"], r["rel_frobenius"]) for r in rows if r["part"] == "recipe"
-                             and r["distribution"] == dist and r["config"] == name)
+                pts = sorted(
+                    (r["K"], r["rel_frobenius"])
+                    for r in rows
+                    if r["part"] == "recipe" and r["distribution"] == dist and r["config"] == name
+                )
                 ax.loglog(*zip(*pts), marker="o", ms=3, label=name)
             ax.set_title(f"recipes, {dist} inputs")
             ax.set_xlabel("K")
@@ -233,8 +294,9 @@ def _figures(rows, out_dir) -> list[str]:
     fig, ax = plt.subplots(figsize=(6, 4.2))
     for dist in dists:
         for metric, ls in (("median_rel", "-"), ("max_rel", "--")):
-            pts = sorted((r["promote_every"], r[metric]) for r in rows if r["part"] == "promotion"
-                         and r["distribution"] == dist)
+            pts = sorted(
+                (r["promote_every"], r[metric]) for r in rows if r["part"] == "promotion" and r["distribution"] == dist
+            )
             ax.loglog(*zip(*pts), ls, marker="o", ms=3, label=f"{dist} {metric.split('_')[0]}")
     ax.set_xscale("log", base=2)
     K = max(r["K"] for r in rows if r["part"] == "promotion")

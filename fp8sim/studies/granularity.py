@@ -33,12 +33,23 @@ DISTRIBUTIONS = ("gaussian", "student_t", "outlier_channels", "outlier_tokens", 
 FORMATS = ("e4m3", "e5m2")
 GRANULARITIES = ("tensor", "row", "col", "1x128", "128x128", "g32", "mx32", "nvfp4", "delayed")
 # (scale_format, scale_rounding); MX uses e8m0 with each rounding, NVFP4 its own E4M3 x FP32
-POLICIES = (("fp32", None), ("bf16", "ceil"), ("pow2", "floor"), ("pow2", "ceil"), ("pow2", "rceil"),
-            ("pow2", "even"))
+POLICIES = (("fp32", None), ("bf16", "ceil"), ("pow2", "floor"), ("pow2", "ceil"), ("pow2", "rceil"), ("pow2", "even"))
 MX_POLICIES = (("e8m0", "floor"), ("e8m0", "ceil"), ("e8m0", "rceil"), ("e8m0", "even"))
-COLUMNS = ("distribution", "format", "granularity", "scale_format", "scale_rounding", "sqnr_db",
-           "rel_frobenius", "max_rel_error", "fraction_saturated", "fraction_underflow", "fraction_subnormal",
-           "n_scales", "bits_per_element")
+COLUMNS = (
+    "distribution",
+    "format",
+    "granularity",
+    "scale_format",
+    "scale_rounding",
+    "sqnr_db",
+    "rel_frobenius",
+    "max_rel_error",
+    "fraction_saturated",
+    "fraction_underflow",
+    "fraction_subnormal",
+    "n_scales",
+    "bits_per_element",
+)
 
 
 def make_tensor(kind: str, shape, rng: np.random.Generator) -> np.ndarray:
@@ -83,8 +94,17 @@ def _choose(what: str, given, known) -> tuple:
     return given
 
 
-def run(out_dir, *, quick: bool = False, progress: bool = True, seed: int = 0, shape=None, formats=None,
-        distributions=None, granularities=None) -> dict:
+def run(
+    out_dir,
+    *,
+    quick: bool = False,
+    progress: bool = True,
+    seed: int = 0,
+    shape=None,
+    formats=None,
+    distributions=None,
+    granularities=None,
+) -> dict:
     """Run the study; write the CSV and PNG figures into ``out_dir``.
 
     ``quick=True`` uses 128x1024 tensors (seconds); the default 512x4096.
@@ -120,12 +140,10 @@ def run(out_dir, *, quick: bool = False, progress: bool = True, seed: int = 0, s
     tensors = {d: make_tensor(d, shape, rng) for d in dists}
     # delayed scaling: the history holds the amaxes of 4 earlier tensors of the same kind
     hist_len = 4
-    history = {d: [float(np.max(np.abs(make_tensor(d, shape, rng)))) for _ in range(hist_len)]
-               for d in dists}
+    history = {d: [float(np.max(np.abs(make_tensor(d, shape, rng)))) for _ in range(hist_len)] for d in dists}
     configs = list(_configs(grans))
     rows, keep_q = [], {}
-    bar = tqdm(total=len(dists) * len(fmts) * len(configs), desc="granularity study",
-               disable=not progress, leave=False)
+    bar = tqdm(total=len(dists) * len(fmts) * len(configs), desc="granularity study", disable=not progress, leave=False)
     for dist in dists:
         x = tensors[dist]
         x64 = x.astype(np.float64)
@@ -136,13 +154,28 @@ def run(out_dir, *, quick: bool = False, progress: bool = True, seed: int = 0, s
                 d = q.dequantize(np.float64)
                 s = metrics.summary(x64, q)
                 bits = 8.0 * q.nbytes / x.size
-                rows.append({
-                    "distribution": dist, "format": fmt, "granularity": g,
-                    "scale_format": q.scale_format, "scale_rounding": q.scale_rounding or "",
-                    **{k: s[k] for k in ("sqnr_db", "rel_frobenius", "max_rel_error", "fraction_saturated",
-                                         "fraction_underflow", "fraction_subnormal")},
-                    "n_scales": int(q.scales.size), "bits_per_element": bits,
-                })
+                rows.append(
+                    {
+                        "distribution": dist,
+                        "format": fmt,
+                        "granularity": g,
+                        "scale_format": q.scale_format,
+                        "scale_rounding": q.scale_rounding or "",
+                        **{
+                            k: s[k]
+                            for k in (
+                                "sqnr_db",
+                                "rel_frobenius",
+                                "max_rel_error",
+                                "fraction_saturated",
+                                "fraction_underflow",
+                                "fraction_subnormal",
+                            )
+                        },
+                        "n_scales": int(q.scales.size),
+                        "bits_per_element": bits,
+                    }
+                )
                 if dist == "outlier_channels" and sf in (None, "fp32", "e8m0") and (sr in (None, "floor")):
                     keep_q[(fmt, g)] = (q, d)
                 bar.update(1)
@@ -156,8 +189,11 @@ def run(out_dir, *, quick: bool = False, progress: bool = True, seed: int = 0, s
             w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()})
 
     def default(r):
-        return (r["scale_format"] == "fp32") or (r["granularity"] == "mx32" and r["scale_rounding"] == "floor") \
+        return (
+            (r["scale_format"] == "fp32")
+            or (r["granularity"] == "mx32" and r["scale_rounding"] == "floor")
             or r["granularity"] == "nvfp4"
+        )
 
     key = {(r["distribution"], r["format"], r["granularity"]): r["sqnr_db"] for r in rows if default(r)}
     figures = []
@@ -182,8 +218,14 @@ def run(out_dir, *, quick: bool = False, progress: bool = True, seed: int = 0, s
     plt.close(fig)
 
     if "outlier_channels" not in dists:  # figures 2-4 show the outlier-channel tensor
-        return {"csv": csv_path, "figures": figures, "rows": rows, "key": key,
-                "seconds": time.perf_counter() - t0, "shape": shape}
+        return {
+            "csv": csv_path,
+            "figures": figures,
+            "rows": rows,
+            "key": key,
+            "seconds": time.perf_counter() - t0,
+            "shape": shape,
+        }
 
     def panels(n, size):
         fig, axes = plt.subplots(1, n, figsize=(size[0] * n, size[1]), squeeze=False)
@@ -242,8 +284,7 @@ def run(out_dir, *, quick: bool = False, progress: bool = True, seed: int = 0, s
         fig, axes = panels(len(map_g), (5, 4.5))
         for ax, g in zip(axes, map_g):
             q = keep_q[(fmts[0], g)][0]
-            im = ax.imshow(np.log2(q.scales.astype(np.float64)), aspect="auto", cmap="magma",
-                           interpolation="nearest")
+            im = ax.imshow(np.log2(q.scales.astype(np.float64)), aspect="auto", cmap="magma", interpolation="nearest")
             ax.set_title(f"{fmts[0]} {g}: log2(scale), scales {q.scales.shape}")
             ax.set_xlabel("block column (K)")
             ax.set_ylabel("block row (tokens)")
@@ -251,5 +292,11 @@ def run(out_dir, *, quick: bool = False, progress: bool = True, seed: int = 0, s
         fig.suptitle("Per-block scales of an activation tensor with outlier channels")
         save(fig, "scale_heatmap.png")
 
-    return {"csv": csv_path, "figures": figures, "rows": rows, "key": key,
-            "seconds": time.perf_counter() - t0, "shape": shape}
+    return {
+        "csv": csv_path,
+        "figures": figures,
+        "rows": rows,
+        "key": key,
+        "seconds": time.perf_counter() - t0,
+        "shape": shape,
+    }

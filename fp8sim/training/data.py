@@ -27,13 +27,55 @@ import numpy as np
 
 __all__ = ["Vocabulary", "make_corpus", "Batches", "corpus"]
 
-_NOUNS = ["cat", "dog", "bird", "fox", "wolf", "horse", "child", "teacher", "king", "queen", "farmer", "sailor",
-          "river", "tree", "stone", "house", "ship", "star", "cloud", "garden", "lamp", "book", "letter", "song",
-          "mountain", "city", "road", "bridge", "apple", "knife", "window", "door"]
+_NOUNS = [
+    "cat",
+    "dog",
+    "bird",
+    "fox",
+    "wolf",
+    "horse",
+    "child",
+    "teacher",
+    "king",
+    "queen",
+    "farmer",
+    "sailor",
+    "river",
+    "tree",
+    "stone",
+    "house",
+    "ship",
+    "star",
+    "cloud",
+    "garden",
+    "lamp",
+    "book",
+    "letter",
+    "song",
+    "mountain",
+    "city",
+    "road",
+    "bridge",
+    "apple",
+    "knife",
+    "window",
+    "door",
+]
 _PLURAL = {"child": "children", "wolf": "wolves", "knife": "knives", "fox": "foxes", "city": "cities"}
-_VERBS = [("sees", "see"), ("likes", "like"), ("finds", "find"), ("follows", "follow"), ("carries", "carry"),
-          ("hears", "hear"), ("builds", "build"), ("paints", "paint"), ("guards", "guard"), ("remembers", "remember"),
-          ("watches", "watch"), ("opens", "open")]
+_VERBS = [
+    ("sees", "see"),
+    ("likes", "like"),
+    ("finds", "find"),
+    ("follows", "follow"),
+    ("carries", "carry"),
+    ("hears", "hear"),
+    ("builds", "build"),
+    ("paints", "paint"),
+    ("guards", "guard"),
+    ("remembers", "remember"),
+    ("watches", "watch"),
+    ("opens", "open"),
+]
 _ADJ = ["big", "small", "old", "young", "red", "green", "quiet", "loud", "bright", "dark", "cold", "warm"]
 _PREP = ["near", "under", "behind", "beside", "above"]
 _DET_SG = ["the", "a", "this", "every"]
@@ -152,7 +194,7 @@ class Batches:
         self.split = int(ids.size * (1.0 - val_fraction))
 
     def _windows(self, starts):
-        w = np.stack([self.ids[s:s + self.context + 1] for s in starts])
+        w = np.stack([self.ids[s : s + self.context + 1] for s in starts])
         return w[:, :-1].astype(np.int64), w[:, 1:].astype(np.int64)
 
     def batch_at(self, step: int):
@@ -164,5 +206,7 @@ class Batches:
         span = self.ids.size - self.split - self.context - 1
         starts = self.split + (np.arange(n_batches * self.batch) * max(1, span // (n_batches * self.batch)))
         x, y = self._windows(starts)
-        return [(x[i * self.batch:(i + 1) * self.batch], y[i * self.batch:(i + 1) * self.batch])
-                for i in range(n_batches)]
+        return [
+            (x[i * self.batch : (i + 1) * self.batch], y[i * self.batch : (i + 1) * self.batch])
+            for i in range(n_batches)
+        ]

@@ -11,8 +11,14 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-STYLE: Any = {"figure.dpi": 110, "axes.grid": True, "grid.alpha": 0.3, "axes.spines.top": False,
-         "axes.spines.right": False, "font.size": 9}
+STYLE: Any = {
+    "figure.dpi": 110,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "font.size": 9,
+}
 
 
 def _smooth(a: np.ndarray, w: int) -> np.ndarray:
@@ -20,7 +26,7 @@ def _smooth(a: np.ndarray, w: int) -> np.ndarray:
         return a
     out = np.full_like(a, np.nan, dtype=np.float64)
     for i in range(len(a)):
-        seg = a[max(0, i - w + 1):i + 1]
+        seg = a[max(0, i - w + 1) : i + 1]
         seg = seg[np.isfinite(seg)]
         out[i] = seg.mean() if seg.size else np.nan
     return out
@@ -32,7 +38,7 @@ def loss_curves(path, results) -> str:
         n = len(next(iter(results.values())).losses)
         w = max(1, n // 30)
         for name, res in results.items():
-            line, = ax.plot(res.losses, lw=0.5, alpha=0.3)
+            (line,) = ax.plot(res.losses, lw=0.5, alpha=0.3)
             ax.plot(_smooth(res.losses, w), lw=1.3, color=line.get_color(), label=name)
         ax.set_xlabel("step")
         ax.set_ylabel(f"training loss (faint: per step; bold: mean of the last {w})")
@@ -84,8 +90,9 @@ def layer_amax(path, results) -> str:
                         continue
                     ax.plot(ser["amax"], lw=0.9, label=tensor.rsplit(":", 1)[0])
                 ax.set_yscale("log")
-                ax.set_title(f"{name}: amax of each Linear's {'input X' if kind == 'x' else 'output gradient dY'}",
-                             fontsize=8)
+                ax.set_title(
+                    f"{name}: amax of each Linear's {'input X' if kind == 'x' else 'output gradient dY'}", fontsize=8
+                )
                 if i == len(names) - 1:
                     ax.set_xlabel("step")
         axes[0, 1].legend(fontsize=6, ncol=2, loc="best")
@@ -96,7 +103,9 @@ def layer_amax(path, results) -> str:
 
 
 def all_figures(out_dir, results, claim) -> list[str]:
-    paths = [loss_curves(os.path.join(out_dir, "loss_curves.png"), results),
-             rel_loss_error(os.path.join(out_dir, "rel_loss_error.png"), results, claim),
-             layer_amax(os.path.join(out_dir, "layer_amax.png"), results)]
+    paths = [
+        loss_curves(os.path.join(out_dir, "loss_curves.png"), results),
+        rel_loss_error(os.path.join(out_dir, "rel_loss_error.png"), results, claim),
+        layer_amax(os.path.join(out_dir, "layer_amax.png"), results),
+    ]
     return [os.path.basename(p) for p in paths if p]

@@ -63,8 +63,14 @@ def global_norm(params) -> float:
 class DriftMonitor:
     """Per-tensor running statistics with band warnings (module docstring)."""
 
-    def __init__(self, window: int = 50, min_history: int = 10, band_factor: float = 8.0, band_abs: float = 0.05,
-                 watch=("x", "dy")):
+    def __init__(
+        self,
+        window: int = 50,
+        min_history: int = 10,
+        band_factor: float = 8.0,
+        band_abs: float = 0.05,
+        watch=("x", "dy"),
+    ):
         self.window, self.min_history = int(window), int(min_history)
         self.band_factor, self.band_abs = float(band_factor), float(band_abs)
         self.watch = tuple(watch)
@@ -75,9 +81,12 @@ class DriftMonitor:
     @staticmethod
     def stats_of(rec) -> dict:
         n = max(int(rec.n), 1)
-        return {"amax": rec.amax, "rms": rec.rms,
-                "frac_saturated": rec.n_saturated / n if rec.quantized else 0.0,
-                "frac_underflow": rec.n_underflow / n if rec.quantized else 0.0}
+        return {
+            "amax": rec.amax,
+            "rms": rec.rms,
+            "frac_saturated": rec.n_saturated / n if rec.quantized else 0.0,
+            "frac_underflow": rec.n_underflow / n if rec.quantized else 0.0,
+        }
 
     def band(self, name: str, stat: str):
         """``(lo, hi)`` of the current band, or None while the history is short."""
@@ -103,8 +112,12 @@ class DriftMonitor:
                 inside = True
                 if b is not None and (not np.isfinite(v) or v < b[0] or v > b[1]):
                     inside = False
-                    ev = Event(int(step), "drift", f"{name} {stat} = {v:.4g} left its band [{b[0]:.4g}, {b[1]:.4g}]",
-                               {"tensor": name, "stat": stat, "value": float(v), "band": [float(b[0]), float(b[1])]})
+                    ev = Event(
+                        int(step),
+                        "drift",
+                        f"{name} {stat} = {v:.4g} left its band [{b[0]:.4g}, {b[1]:.4g}]",
+                        {"tensor": name, "stat": stat, "value": float(v), "band": [float(b[0]), float(b[1])]},
+                    )
                     new.append(ev)
                     log.warning("step %d: %s", step, ev.message)
                 if inside and np.isfinite(v):
@@ -119,8 +132,14 @@ class DriftMonitor:
 class DynamicClipper:
     """Gradient clipping with an adaptive threshold (module docstring)."""
 
-    def __init__(self, z: float = 3.0, window: int = 50, min_history: int = 10, min_rel_std: float = 0.1,
-                 initial_max_norm: float = np.inf):
+    def __init__(
+        self,
+        z: float = 3.0,
+        window: int = 50,
+        min_history: int = 10,
+        min_rel_std: float = 0.1,
+        initial_max_norm: float = np.inf,
+    ):
         self.z, self.window, self.min_history = float(z), int(window), int(min_history)
         self.min_rel_std, self.initial_max_norm = float(min_rel_std), float(initial_max_norm)
         self.recent: deque = deque(maxlen=self.window)
@@ -146,8 +165,12 @@ class DynamicClipper:
             factor = thr / norm
             for p in params:
                 p.grad *= p.grad.dtype.type(factor)
-            ev = Event(int(step), "clip", f"gradient norm {norm:.4g} clipped to {thr:.4g}",
-                       {"norm": norm, "threshold": thr, "factor": factor})
+            ev = Event(
+                int(step),
+                "clip",
+                f"gradient norm {norm:.4g} clipped to {thr:.4g}",
+                {"norm": norm, "threshold": thr, "factor": factor},
+            )
             self.events.append(ev)
             log.info("step %d: %s", step, ev.message)
         self.recent.append(min(norm, thr))
@@ -164,11 +187,19 @@ class DynamicClipper:
 class ElasticRestart:
     """Checkpoint every ``interval`` steps; roll back after ``patience`` consecutive non-finite steps."""
 
-    def __init__(self, interval: int = 25, patience: int = 3, lr_cut: float = 0.5, directory: str | None = None,
-                 max_restarts: int = 5):
+    def __init__(
+        self,
+        interval: int = 25,
+        patience: int = 3,
+        lr_cut: float = 0.5,
+        directory: str | None = None,
+        max_restarts: int = 5,
+    ):
         if interval < 1 or patience < 1 or not (0 < lr_cut <= 1):
-            raise ValueError(f"ElasticRestart: need interval >= 1, patience >= 1, 0 < lr_cut <= 1; got "
-                             f"{interval}, {patience}, {lr_cut}")
+            raise ValueError(
+                f"ElasticRestart: need interval >= 1, patience >= 1, 0 < lr_cut <= 1; got "
+                f"{interval}, {patience}, {lr_cut}"
+            )
         self.interval, self.patience, self.lr_cut = int(interval), int(patience), float(lr_cut)
         self.directory, self.max_restarts = directory, int(max_restarts)
         self.lr_factor = 1.0
@@ -207,13 +238,25 @@ class ElasticRestart:
             return None
         self.consecutive += 1
         self.nonfinite_steps += 1
-        self.events.append(Event(int(step), "nonfinite", f"non-finite loss or gradient ({self.consecutive} in a row); "
-                                                         "update skipped", {"consecutive": self.consecutive}))
+        self.events.append(
+            Event(
+                int(step),
+                "nonfinite",
+                f"non-finite loss or gradient ({self.consecutive} in a row); update skipped",
+                {"consecutive": self.consecutive},
+            )
+        )
         if self.consecutive < self.patience:
             return None
         if self._ckpt is None or self.restarts >= self.max_restarts:
-            self.events.append(Event(int(step), "gave_up", "no checkpoint to roll back to" if self._ckpt is None
-                                     else f"{self.restarts} restarts already", {}))
+            self.events.append(
+                Event(
+                    int(step),
+                    "gave_up",
+                    "no checkpoint to roll back to" if self._ckpt is None else f"{self.restarts} restarts already",
+                    {},
+                )
+            )
             log.error("step %d: elastic restart gave up", step)
             return "gave_up"
         self.restarts += 1
@@ -223,9 +266,13 @@ class ElasticRestart:
         if isinstance(payload, str):
             with np.load(payload) as z:
                 payload = _unflatten({k: z[k] for k in z.files})
-        ev = Event(int(step), "restart", f"{self.patience} non-finite steps: rolled back to step {ck_step}, "
-                                         f"learning-rate factor now {self.lr_factor:g}",
-                   {"rolled_back_to": ck_step, "lr_factor": self.lr_factor, "restarts": self.restarts})
+        ev = Event(
+            int(step),
+            "restart",
+            f"{self.patience} non-finite steps: rolled back to step {ck_step}, "
+            f"learning-rate factor now {self.lr_factor:g}",
+            {"rolled_back_to": ck_step, "lr_factor": self.lr_factor, "restarts": self.restarts},
+        )
         self.events.append(ev)
         log.warning("step %d: %s", step, ev.message)
         return ck_step, copy.deepcopy(payload)

@@ -42,8 +42,18 @@ from ..scaling import MX, DelayedScaling, Group, PerColumn, PerRow, PerTensor, Q
 from ..scaling import granularity as _granularity
 from ..scaling import quantize as _quantize
 
-__all__ = ["ROLES", "matmul", "quantize_operand", "orient", "fallback_gemm", "gemm_backend", "Linear",
-           "operand_stats", "wide_recipe", "transposes_share_scales"]
+__all__ = [
+    "ROLES",
+    "matmul",
+    "quantize_operand",
+    "orient",
+    "fallback_gemm",
+    "gemm_backend",
+    "Linear",
+    "operand_stats",
+    "wide_recipe",
+    "transposes_share_scales",
+]
 
 ROLES = ("fprop", "dgrad", "wgrad")
 _FP8 = ("e4m3", "e5m2")
@@ -207,8 +217,11 @@ def _formats(r, role: str) -> tuple[str, str]:
 
 
 def _granularities(r, role: str):
-    return {"fprop": (r.x_granularity, r.w_granularity), "dgrad": (r.x_granularity, r.w_granularity),
-            "wgrad": (r.x_granularity, r.x_granularity)}[role]
+    return {
+        "fprop": (r.x_granularity, r.w_granularity),
+        "dgrad": (r.x_granularity, r.w_granularity),
+        "wgrad": (r.x_granularity, r.x_granularity),
+    }[role]
 
 
 def role_recipe(recipe, role: str):
@@ -261,18 +274,28 @@ def matmul(a, b, recipe, role: str, *, layout: str = "kn", fidelity: str = "fast
         lead = np.broadcast_shapes(a.shape[:-2], bb.shape[:-2])
         a = np.broadcast_to(a, lead + a.shape[-2:])
         bb = np.broadcast_to(bb, lead + bb.shape[-2:])
-        out = [matmul(np.ascontiguousarray(a[i]), np.ascontiguousarray(bb[i]), recipe, role, fidelity=fidelity)
-               for i in np.ndindex(*lead)]
+        out = [
+            matmul(np.ascontiguousarray(a[i]), np.ascontiguousarray(bb[i]), recipe, role, fidelity=fidelity)
+            for i in np.ndindex(*lead)
+        ]
         return np.stack(out).reshape(lead + out[0].shape)
     r0 = _recipe(recipe)
     fa, fb = _formats(r0, role)
     ga, gb = _granularities(r0, role)
     if not isinstance(a, QuantizedTensor):
-        a = quantize_operand(a, fa, ga, 1, scale_format=rr.scale_format, scale_rounding=rr.scale_rounding,
-                             margin=rr.margin)
+        a = quantize_operand(
+            a, fa, ga, 1, scale_format=rr.scale_format, scale_rounding=rr.scale_rounding, margin=rr.margin
+        )
     if not isinstance(b, QuantizedTensor):
-        b = quantize_operand(b, fb, gb, 0 if layout == "kn" else 1, scale_format=rr.scale_format,
-                             scale_rounding=rr.scale_rounding, margin=rr.margin)
+        b = quantize_operand(
+            b,
+            fb,
+            gb,
+            0 if layout == "kn" else 1,
+            scale_format=rr.scale_format,
+            scale_rounding=rr.scale_rounding,
+            margin=rr.margin,
+        )
     if fn is None:
         return fallback_gemm(a, b, rr, layout=layout)
     return np.asarray(fn(a, b, rr, layout=layout, fidelity=fidelity))
@@ -368,8 +391,15 @@ class Linear:
         return g
 
     def _q(self, a, fmt, g, key, k_axis, r, ctx, record_as=None):
-        q = quantize_operand(a, fmt, self._g(g, key), k_axis, scale_format=r.scale_format,
-                             scale_rounding=r.scale_rounding, margin=r.margin)
+        q = quantize_operand(
+            a,
+            fmt,
+            self._g(g, key),
+            k_axis,
+            scale_format=r.scale_format,
+            scale_rounding=r.scale_rounding,
+            margin=r.margin,
+        )
         rec = tensor_record(a, q)
         ctx.record(f"{self.name}:{record_as or key}", rec, counted=True)
         return q

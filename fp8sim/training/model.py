@@ -25,8 +25,22 @@ import numpy as np
 from ..rounding import round as _round
 from .linear import Linear, Param, Record, matmul, wide_recipe
 
-__all__ = ["ModelConfig", "Precision", "precision_for", "Context", "TransformerLM", "Embedding", "RMSNorm",
-           "LayerNorm", "Attention", "MLP", "Block", "cross_entropy", "FP8_PARTS", "PARTS"]
+__all__ = [
+    "ModelConfig",
+    "Precision",
+    "precision_for",
+    "Context",
+    "TransformerLM",
+    "Embedding",
+    "RMSNorm",
+    "LayerNorm",
+    "Attention",
+    "MLP",
+    "Block",
+    "cross_entropy",
+    "FP8_PARTS",
+    "PARTS",
+]
 
 PARTS = ("qkv", "attn_out", "mlp_up", "mlp_down", "attention", "head")
 FP8_PARTS = ("qkv", "attn_out", "mlp_up", "mlp_down")
@@ -123,8 +137,10 @@ class Embedding:
 
     @classmethod
     def create(cls, vocab, d, context, rng, std, dtype):
-        return cls(Param("embed.tok", (rng.standard_normal((vocab, d)) * std).astype(dtype), decay=False),
-                   Param("embed.pos", (rng.standard_normal((context, d)) * std).astype(dtype), decay=False))
+        return cls(
+            Param("embed.tok", (rng.standard_normal((vocab, d)) * std).astype(dtype), decay=False),
+            Param("embed.pos", (rng.standard_normal((context, d)) * std).astype(dtype), decay=False),
+        )
 
     def params(self):
         return [self.tok, self.pos]
@@ -139,7 +155,7 @@ class Embedding:
     def backward(self, dx, ctx):
         tokens = self._cache
         np.add.at(self.tok.grad, tokens.reshape(-1), dx.reshape(-1, dx.shape[-1]).astype(self.tok.grad.dtype))
-        self.pos.grad[:tokens.shape[1]] += dx.sum(axis=0).astype(self.pos.grad.dtype)
+        self.pos.grad[: tokens.shape[1]] += dx.sum(axis=0).astype(self.pos.grad.dtype)
         return None
 
 
@@ -180,8 +196,10 @@ class LayerNorm:
 
     @classmethod
     def create(cls, name, d, dtype):
-        return cls(Param(name + ".weight", np.ones(d, dtype=dtype), decay=False),
-                   Param(name + ".bias", np.zeros(d, dtype=dtype), decay=False))
+        return cls(
+            Param(name + ".weight", np.ones(d, dtype=dtype), decay=False),
+            Param(name + ".bias", np.zeros(d, dtype=dtype), decay=False),
+        )
 
     def params(self):
         return [self.weight, self.bias]
@@ -225,8 +243,12 @@ class Attention:
     def create(cls, name, d, n_heads, rng, std, out_std, dtype):
         if d % n_heads:
             raise ValueError(f"d_model {d} is not a multiple of n_heads {n_heads}")
-        return cls(name, n_heads, Linear.create(name + ".qkv", "qkv", d, 3 * d, rng, std, dtype),
-                   Linear.create(name + ".out", "attn_out", d, d, rng, out_std, dtype))
+        return cls(
+            name,
+            n_heads,
+            Linear.create(name + ".qkv", "qkv", d, 3 * d, rng, std, dtype),
+            Linear.create(name + ".out", "attn_out", d, d, rng, out_std, dtype),
+        )
 
     def params(self):
         return self.qkv.params() + self.out.params()
@@ -280,8 +302,10 @@ class MLP:
 
     @classmethod
     def create(cls, name, d, d_ff, rng, std, out_std, dtype):
-        return cls(Linear.create(name + ".up", "mlp_up", d, d_ff, rng, std, dtype),
-                   Linear.create(name + ".down", "mlp_down", d_ff, d, rng, out_std, dtype))
+        return cls(
+            Linear.create(name + ".up", "mlp_up", d, d_ff, rng, std, dtype),
+            Linear.create(name + ".down", "mlp_down", d_ff, d, rng, out_std, dtype),
+        )
 
     def params(self):
         return self.up.params() + self.down.params()
@@ -289,7 +313,7 @@ class MLP:
     def forward(self, x, ctx):
         B, S, d = x.shape
         h = self.up.forward(x.reshape(B * S, d), ctx).astype(ctx.dtype)
-        t = np.tanh(_GELU_C * (h + 0.044715 * h ** 3))
+        t = np.tanh(_GELU_C * (h + 0.044715 * h**3))
         g = ctx.act(0.5 * h * (1.0 + t))
         self._cache = (h, t, (B, S, d))
         return self.down.forward(g, ctx).reshape(B, S, d)
@@ -370,11 +394,15 @@ class TransformerLM:
         f32 = np.float32
         Norm = RMSNorm if cfg.norm == "rmsnorm" else LayerNorm
         self.embed = Embedding.create(cfg.vocab, cfg.d_model, cfg.context, rng, std, f32)
-        self.blocks = [Block(Norm.create(f"layer{i}.norm1", cfg.d_model, f32),
-                             Attention.create(f"layer{i}.attn", cfg.d_model, cfg.n_heads, rng, std, out_std, f32),
-                             Norm.create(f"layer{i}.norm2", cfg.d_model, f32),
-                             MLP.create(f"layer{i}.mlp", cfg.d_model, cfg.d_ff, rng, std, out_std, f32))
-                       for i in range(cfg.n_layers)]
+        self.blocks = [
+            Block(
+                Norm.create(f"layer{i}.norm1", cfg.d_model, f32),
+                Attention.create(f"layer{i}.attn", cfg.d_model, cfg.n_heads, rng, std, out_std, f32),
+                Norm.create(f"layer{i}.norm2", cfg.d_model, f32),
+                MLP.create(f"layer{i}.mlp", cfg.d_model, cfg.d_ff, rng, std, out_std, f32),
+            )
+            for i in range(cfg.n_layers)
+        ]
         self.norm_f = Norm.create("norm_f", cfg.d_model, f32)
         self.head = Linear.create("head", "head", cfg.d_model, cfg.vocab, rng, std, f32)
         if dtype != np.float32:
@@ -443,4 +471,3 @@ class TransformerLM:
 def with_parts(precision: Precision, **changes) -> Precision:
     """A copy of ``precision`` with fields changed."""
     return replace(precision, **changes)
-

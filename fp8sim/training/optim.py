@@ -21,8 +21,15 @@ class AdamW:
     """AdamW over a list of parameters, with the moments stored in ``moment_format``
     (``"bf16"``, ``"fp32"`` or None for the parameters' dtype); see the module docstring."""
 
-    def __init__(self, params, lr: float = 2e-3, betas=(0.9, 0.95), eps: float = 1e-8, weight_decay: float = 0.1,
-                 moment_format: str | None = "bf16"):
+    def __init__(
+        self,
+        params,
+        lr: float = 2e-3,
+        betas=(0.9, 0.95),
+        eps: float = 1e-8,
+        weight_decay: float = 0.1,
+        moment_format: str | None = "bf16",
+    ):
         if moment_format not in (None, "bf16", "fp32"):
             raise ValueError(f"AdamW: moment_format must be None, 'bf16' or 'fp32', got {moment_format!r}")
         self.params = list(params)
@@ -43,7 +50,7 @@ class AdamW:
         lr = self.lr if lr is None else float(lr)
         b1, b2 = self.betas
         self.t += 1
-        c1, c2 = 1.0 - b1 ** self.t, 1.0 - b2 ** self.t
+        c1, c2 = 1.0 - b1**self.t, 1.0 - b2**self.t
         for p in self.params:
             g = p.grad
             m = self._store(b1 * self.m[p.name] + (1.0 - b1) * g, p.value)
@@ -55,8 +62,11 @@ class AdamW:
             p.value -= (lr * upd).astype(p.value.dtype)
 
     def state(self) -> dict:
-        return {"t": self.t, "m": {k: a.copy() for k, a in self.m.items()},
-                "v": {k: a.copy() for k, a in self.v.items()}}
+        return {
+            "t": self.t,
+            "m": {k: a.copy() for k, a in self.m.items()},
+            "v": {k: a.copy() for k, a in self.v.items()},
+        }
 
     def load_state(self, state: dict) -> None:
         self.t = int(state["t"])

@@ -26,8 +26,16 @@ from .linear import gemm_backend
 from .model import FP8_PARTS, Context, ModelConfig, TransformerLM, precision_for
 from .optim import AdamW, lr_schedule
 
-__all__ = ["TrainConfig", "Fault", "RunResult", "train_one", "train", "DEFAULT_RECIPES", "relative_loss_error",
-           "DEEPSEEK_V3_REL_LOSS_ERROR"]
+__all__ = [
+    "TrainConfig",
+    "Fault",
+    "RunResult",
+    "train_one",
+    "train",
+    "DEFAULT_RECIPES",
+    "relative_loss_error",
+    "DEEPSEEK_V3_REL_LOSS_ERROR",
+]
 
 DEFAULT_RECIPES = ("bf16", "deepseek-v3", "per-tensor", "per-tensor-no-promotion", "te-hybrid")
 #: DeepSeek-V3 report (arXiv 2412.19437): "the relative loss error of our FP8-training model remains
@@ -139,8 +147,17 @@ def _restore(payload, model, opt, clipper):
     clipper.load_state(payload["clipper"])
 
 
-def train_one(recipe, steps: int, seed: int = 0, *, config: TrainConfig | None = None, fidelity: str = "fast",
-              faults=(), progress=None, keep_params: bool = False) -> RunResult:
+def train_one(
+    recipe,
+    steps: int,
+    seed: int = 0,
+    *,
+    config: TrainConfig | None = None,
+    fidelity: str = "fast",
+    faults=(),
+    progress=None,
+    keep_params: bool = False,
+) -> RunResult:
     """Train one recipe for ``steps`` optimizer steps; ``progress`` is called with ``(recipe, step, loss)``
     after every iteration."""
     from ..recipes import recipe as _get_recipe
@@ -159,8 +176,12 @@ def train_one(recipe, steps: int, seed: int = 0, *, config: TrainConfig | None =
     opt = AdamW(params, cfg.lr, cfg.betas, weight_decay=cfg.weight_decay, moment_format=prec.moment_format)
     clipper = DynamicClipper(**cfg.clipper)
     monitor = DriftMonitor(**cfg.monitor)
-    elastic = ElasticRestart(cfg.checkpoint_interval, cfg.patience, cfg.lr_cut,
-                             None if cfg.checkpoint_dir is None else os.path.join(cfg.checkpoint_dir, r.name))
+    elastic = ElasticRestart(
+        cfg.checkpoint_interval,
+        cfg.patience,
+        cfg.lr_cut,
+        None if cfg.checkpoint_dir is None else os.path.join(cfg.checkpoint_dir, r.name),
+    )
     data = Batches(ids, cfg.batch, mcfg.context, seed)
     ctx = Context(prec, fidelity)
     losses = np.full(steps, np.nan)
@@ -225,9 +246,22 @@ def train_one(recipe, steps: int, seed: int = 0, *, config: TrainConfig | None =
                 a[s_] = v
             series[name][stat] = a
     events = sorted(elastic.events + clipper.events + monitor.events, key=lambda e: e.step)
-    return RunResult(r.name, losses, norms, lrs, val, wall, iterations, counts, events, series,
-                     elastic.nonfinite_steps, elastic.restarts, fidelity,
-                     params=model.state() if keep_params else None)
+    return RunResult(
+        r.name,
+        losses,
+        norms,
+        lrs,
+        val,
+        wall,
+        iterations,
+        counts,
+        events,
+        series,
+        elastic.nonfinite_steps,
+        elastic.restarts,
+        fidelity,
+        params=model.state() if keep_params else None,
+    )
 
 
 def _with_vocab(mcfg: ModelConfig, vocab: int) -> ModelConfig:
@@ -246,9 +280,13 @@ def relative_loss_error(losses: np.ndarray, reference: np.ndarray, fraction: flo
     a, b = np.asarray(losses[-k:], np.float64), np.asarray(reference[-k:], np.float64)
     with np.errstate(all="ignore"):
         rel = np.abs(a - b) / b
-        return {"mean_abs": float(np.mean(rel)), "max_abs": float(np.max(rel)),
-                "of_means": float(abs(np.mean(a) - np.mean(b)) / np.mean(b)),
-                "signed": float(np.mean(a - b) / np.mean(b)), "steps": [n - k, n]}
+        return {
+            "mean_abs": float(np.mean(rel)),
+            "max_abs": float(np.max(rel)),
+            "of_means": float(abs(np.mean(a) - np.mean(b)) / np.mean(b)),
+            "signed": float(np.mean(a - b) / np.mean(b)),
+            "steps": [n - k, n],
+        }
 
 
 def _summary_of(res: RunResult, ref: RunResult | None, steps: int) -> dict:
@@ -260,10 +298,19 @@ def _summary_of(res: RunResult, ref: RunResult | None, steps: int) -> dict:
         "mean_loss": float(np.nanmean(res.losses)),
         "val_loss": res.val_loss,
         "rel_loss_error_vs_bf16": None,
-        "n_saturated": int(tot[0]), "n_underflow": int(tot[1]), "n_quantized": int(tot[2]),
+        "n_saturated": int(tot[0]),
+        "n_underflow": int(tot[1]),
+        "n_quantized": int(tot[2]),
         "frac_underflow": float(tot[1] / tot[2]) if tot[2] else 0.0,
-        "by_operand": {k_: {"n_saturated": int(c[0]), "n_underflow": int(c[1]), "n_quantized": int(c[2]),
-                            "frac_underflow": float(c[1] / c[2]) if c[2] else 0.0} for k_, c in res.counts.items()},
+        "by_operand": {
+            k_: {
+                "n_saturated": int(c[0]),
+                "n_underflow": int(c[1]),
+                "n_quantized": int(c[2]),
+                "frac_underflow": float(c[1] / c[2]) if c[2] else 0.0,
+            }
+            for k_, c in res.counts.items()
+        },
         "nonfinite_steps": int(res.nonfinite_steps),
         "restarts": int(res.restarts),
         "clip_events": sum(e.kind == "clip" for e in res.events),
@@ -279,9 +326,18 @@ def _summary_of(res: RunResult, ref: RunResult | None, steps: int) -> dict:
     return out
 
 
-def train(recipes=DEFAULT_RECIPES, steps: int = 300, seed: int = 0, out_dir: str = "train_out",
-          fidelity: str = "fast", progress: bool = True, *, config: TrainConfig | None = None, faults=(),
-          figures: bool = True) -> dict:
+def train(
+    recipes=DEFAULT_RECIPES,
+    steps: int = 300,
+    seed: int = 0,
+    out_dir: str = "train_out",
+    fidelity: str = "fast",
+    progress: bool = True,
+    *,
+    config: TrainConfig | None = None,
+    faults=(),
+    figures: bool = True,
+) -> dict:
     """Train every recipe in ``recipes`` (names or Recipes) from the same initialization and data
     order; write the outputs to ``out_dir`` and return the summary (also ``out_dir/summary.json``)."""
     from ..recipes import recipe as _get_recipe
@@ -316,11 +372,15 @@ def train(recipes=DEFAULT_RECIPES, steps: int = 300, seed: int = 0, out_dir: str
         bar.close()
     ref = results.get("bf16")
     summary = {
-        "steps": steps, "seed": seed, "fidelity": fidelity, "gemm_backend": backend,
-        "threads": cfg.threads, "reference": "bf16" if ref is not None else None,
+        "steps": steps,
+        "seed": seed,
+        "fidelity": fidelity,
+        "gemm_backend": backend,
+        "threads": cfg.threads,
+        "reference": "bf16" if ref is not None else None,
         "deepseek_v3_rel_loss_error_claim": DEEPSEEK_V3_REL_LOSS_ERROR,
         "rel_loss_error_definition": "mean over the last 10% of steps of |L - L_bf16| / L_bf16 (same batch "
-                                     "each step); of_means: |mean L - mean L_bf16| / mean L_bf16 over those steps",
+        "each step); of_means: |mean L - mean L_bf16| / mean L_bf16 over those steps",
         "config": _jsonable(asdict(cfg)),
         "recipes": {name: _summary_of(res, ref if name != "bf16" else None, steps) for name, res in results.items()},
     }
@@ -359,8 +419,10 @@ def _write_layer_stats(path, results):
                 for i in range(len(res.losses)):
                     if np.isnan(ser["amax"][i]):
                         continue
-                    w.writerow([name, i, tensor] + [f"{ser[s][i]:.6g}" for s in
-                                                    ("amax", "rms", "frac_saturated", "frac_underflow")])
+                    w.writerow(
+                        [name, i, tensor]
+                        + [f"{ser[s][i]:.6g}" for s in ("amax", "rms", "frac_saturated", "frac_underflow")]
+                    )
 
 
 class _threads:
