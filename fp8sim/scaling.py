@@ -854,6 +854,19 @@ def _fused(x3, xi3, bm, bn, mode, p, key, sp, glob, ignore_nan, tab, use_tab, fp
         i1 = min(ib * bm + bm, M)
         am = np.zeros(nbn, dtype=np.float64)
         sc = np.empty(nbn, dtype=np.float64)
+        if bm == 1:  # one row: each tile's amax, scale and rounding in turn, while the tile is in L1
+            xirow = xi3[b, ib]
+            xrow = x3[b, ib]
+            crow = codes3[b, ib]
+            for jb in range(nbn):
+                lo = jb * bn
+                hi = min(lo + bn, N)
+                a = _amax_seg(xirow, lo, hi, ignore_nan)
+                s = _scale_one(a, glob, sp)
+                amax3[b, ib, jb] = a
+                scales3[b, ib, jb] = s
+                _round_seg(xrow, crow, lo, hi, s * glob, mode, p, key, (b * M + ib) * N, tab, use_tab, fp, use_fast)
+            i1 = ib * bm  # nothing left for the band loops below
         for i in range(ib * bm, i1):
             xirow = xi3[b, i]
             for jb in range(nbn):
@@ -861,7 +874,7 @@ def _fused(x3, xi3, bm, bn, mode, p, key, sp, glob, ignore_nan, tab, use_tab, fp
                 a = am[jb]
                 if a == a and (ai != ai or ai > a):  # NaN propagates, as np.maximum does
                     am[jb] = ai
-        for jb in range(nbn):
+        for jb in range(nbn if bm > 1 else 0):
             sc[jb] = _scale_one(am[jb], glob, sp)
             amax3[b, ib, jb] = am[jb]
             scales3[b, ib, jb] = sc[jb]
