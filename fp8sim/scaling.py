@@ -696,22 +696,7 @@ def _round_seg(xrow, crow, lo, hi, d, mode, p, key, base, tab, use_tab, fp, use_
       boundary of an FP8 format or far from it, so rounding the float64
       quotient is rounding the exact quotient).
     """
-    (
-        mbits,
-        emin,
-        emax,
-        max_code,
-        max_val,
-        sign_mask,
-        signed,
-        has_neg_zero,
-        subnormals,
-        inf_code,
-        nan_code,
-        sat,
-        flush,
-        sr_bits,
-    ) = p
+    nan_code = p[10]  # the rest of p goes to the general path
     xs = xrow[lo:hi]  # every loop runs over slices from 0: indexing with range(lo, hi) does not vectorize
     cs = crow[lo:hi]
     n = xs.size
