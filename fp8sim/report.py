@@ -521,6 +521,24 @@ def environment() -> dict:
     }
 
 
+def _groups(index: list, names: list, jobs: int) -> list:
+    """Split the studies over ``jobs`` workers: the two that share the quantization kernels (granularity,
+    accumulation) on one worker, so that a fresh installation compiles those once, the others spread
+    over the rest by cost."""
+    shared = [i for i in index if names[i] in ("study_granularity", "study_accumulation")]
+    rest = sorted((i for i in index if i not in shared), key=lambda i: -_COST.get(names[i], 1))
+    groups: list = [shared] if shared else []
+    n_other = max(1, jobs - len(groups))
+    others: list = [[] for _ in range(n_other)]
+    for k, i in enumerate(rest):
+        others[k % n_other].append(i)
+    return [g for g in groups + others if g]
+
+
+def _run_group(tasks: list) -> list:
+    return [_timed_study(study, out, quick, False, opts) for study, out, quick, opts in tasks]
+
+
 def _timed_study(study, out: Path, quick: bool, progress: bool, opts: dict) -> dict:
     t = time.perf_counter()
     sec = study(out, quick, progress, opts)
@@ -567,14 +585,16 @@ def build(
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
-        # the slow studies first, so that they start at once on different workers
-        order = sorted(range(len(studies)), key=lambda i: -_COST.get(studies[i].__name__, 1))
+        groups = _groups(list(range(len(studies))), [s.__name__ for s in studies], int(jobs))
         results: dict = {}
-        with ProcessPoolExecutor(max_workers=int(jobs), mp_context=multiprocessing.get_context("spawn")) as pool:
-            futs = {pool.submit(_timed_study, studies[i], out, quick, False, opts_of(studies[i])): i for i in order}
+        with ProcessPoolExecutor(max_workers=len(groups), mp_context=multiprocessing.get_context("spawn")) as pool:
+            futs = {
+                pool.submit(_run_group, [(studies[i], out, quick, opts_of(studies[i])) for i in g]): g for g in groups
+            }
             for f in as_completed(futs):
-                results[futs[f]] = f.result()
-                done(results[futs[f]])
+                for i, sec in zip(futs[f], f.result()):
+                    results[i] = sec
+                    done(sec)
         sections = [results[i] for i in range(len(studies))]
     else:
         sections = []
