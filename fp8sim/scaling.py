@@ -96,6 +96,7 @@ from numba import njit, prange
 from numba.core import types as nb_types
 from numba.extending import intrinsic
 
+from . import _buffers
 from . import _kernels as K
 from .formats import BF16, E4M3, Format, NanStyle, UnknownNameError
 from .formats import format as _lookup_format
@@ -493,12 +494,22 @@ def _floor_log2(a):
 
 
 @njit(inline="always")
+def _ceil_log2(a):
+    """ceil(log2(a)) for finite a > 0: floor(log2(a)), plus one unless a is a power of two."""
+    b = np.float64(a).view(np.int64)
+    if (b >> 52) & 0x7FF == 0:  # subnormal double
+        m, e = math.frexp(a)
+        return e - 1 if m == 0.5 else e
+    return ((b >> 52) & 0x7FF) - 1023 + (1 if b & np.int64(0xFFFFFFFFFFFFF) != 0 else 0)
+
+
+@njit(inline="always")
 def _scale_one(amax, glob, sp):
     """Dequantization scale of a block from its amax (NaN amax gives a NaN scale)."""
     kind, rnd, fmax, emax_e, mbits_e, margin, smin, smax, emin_s, emax_s = sp
     if amax != amax:
         return np.nan
-    a = amax / glob
+    a = amax if glob == 1.0 else amax / glob  # (a division's latency, per tile, when it is not needed)
     if kind == 0:  # fp32
         s = np.float64(np.float32(a / fmax)) * _pow2(margin)
         return min(max(s, smin), smax)
@@ -510,15 +521,10 @@ def _scale_one(amax, glob, sp):
     elif rnd == 0:  # FLOOR
         e = _floor_log2(a) - emax_e
     elif rnd == 1:  # CEIL
-        m, ex = math.frexp(a)
-        e = (ex - 1 if m == 0.5 else ex) - emax_e
+        e = _ceil_log2(a) - emax_e
     elif rnd == 2:  # RCEIL: ceil(log2(float32(amax / fmax)))
         r = np.float64(np.float32(a / fmax))
-        if r == 0.0:
-            e = emin_s
-        else:
-            m, ex = math.frexp(r)
-            e = ex - 1 if m == 0.5 else ex
+        e = emin_s if r == 0.0 else _ceil_log2(r)
     else:  # EVEN: amax rounded half up to the element precision, then floor
         b = np.float64(a).view(np.int64) + (np.int64(1) << (51 - mbits_e))
         b = b & ~np.int64((1 << 52) - 1)
@@ -538,28 +544,30 @@ def _amax_update(a, v, ignore_nan):
 
 @njit(inline="always")
 def _amax_bits32(xi, lo, hi, ignore_nan):
-    """amax of float32 bit patterns xi[lo:hi]: integer max reductions (they vectorize); inf skipped,
-    NaN gives NaN unless ignore_nan."""
-    xs = xi[lo:hi]  # loops over a slice from 0 vectorize; range(lo, hi) indexing does not
-    fin = np.int32(0)
+    """amax of float32 bit patterns xi[lo:hi]: an integer max reduction (it vectorizes); inf skipped,
+    NaN gives NaN unless ignore_nan.  One pass takes the max of every magnitude pattern; only a tile that
+    holds an inf or NaN (a max at or above inf's pattern) is scanned again for its largest finite one."""
     top = np.int32(0)
-    for j in range(xs.size):
-        b = np.int32(xs[j] & np.int32(0x7FFFFFFF))  # keep the lanes 32-bit (numba widens int32 ops)
-        top = max(top, b)
-        fin = max(fin, b if b < np.int32(0x7F800000) else np.int32(0))
+    for j in range(np.uint64(lo), np.uint64(hi)):  # unsigned: no wraparound check, so it vectorizes
+        top = max(top, np.int32(xi[j] & np.int32(0x7FFFFFFF)))  # int32 casts keep the lanes 32-bit
+    if top < np.int32(0x7F800000):
+        return np.float64(np.int32(top).view(np.float32))
     if top > np.int32(0x7F800000) and not ignore_nan:
         return np.nan
+    fin = np.int32(0)
+    for j in range(np.uint64(lo), np.uint64(hi)):
+        b = np.int32(xi[j] & np.int32(0x7FFFFFFF))
+        fin = max(fin, b if b < np.int32(0x7F800000) else np.int32(0))
     return np.float64(np.int32(fin).view(np.float32))
 
 
 @njit(inline="always")
 def _amax_bits64(xi, lo, hi, ignore_nan):
     """As _amax_bits32 for float64 bit patterns."""
-    xs = xi[lo:hi]
     fin = np.int64(0)
     top = np.int64(0)
-    for j in range(xs.size):
-        b = xs[j] & np.int64(0x7FFFFFFFFFFFFFFF)
+    for j in range(np.uint64(lo), np.uint64(hi)):
+        b = xi[j] & np.int64(0x7FFFFFFFFFFFFFFF)
         top = max(top, b)
         fin = max(fin, b if b < np.int64(0x7FF0000000000000) else np.int64(0))
     if top > np.int64(0x7FF0000000000000) and not ignore_nan:
@@ -587,6 +595,19 @@ def _fma32(typingctx, a, b, c):
     return sig, codegen
 
 
+@intrinsic
+def _lshr32(typingctx, a, s):
+    """``a >> s`` (logical) on int32 lanes.  numba widens int32 shifts to int64, and LLVM cannot narrow
+    a right shift by a run-time amount back, so the shift is emitted directly (it vectorizes as one
+    shift by a scalar count)."""
+    sig = nb_types.int32(nb_types.int32, nb_types.int32)
+
+    def codegen(context, builder, signature, args):
+        return builder.lshr(args[0], args[1])
+
+    return sig, codegen
+
+
 @njit(inline="always")
 def _to_odd(q, r, zero):
     """The float32 quotient ``q`` re-rounded to odd, given its exact residual ``r = q*d - x`` (float32 or
@@ -600,40 +621,60 @@ def _to_odd(q, r, zero):
 
 
 @njit(inline="always")
+def _to_odd32(q, r):
+    """As :func:`_to_odd` for a float32 residual, in fewer lane operations: the quotient overshoots the
+    exact one when ``r`` and ``q`` have the same sign bit (a zero ``q`` always has the sign of ``x``, so
+    it never overshoots); ``r != 0`` as an ordered comparison is false for a NaN residual (inf or NaN
+    element), which keeps ``q`` as it is."""
+    b = np.float32(q).view(np.int32)
+    inexact = np.int32(-1) if (r < np.float32(0.0)) | (r > np.float32(0.0)) else np.int32(0)
+    same = np.int32(np.int32(np.float32(r).view(np.int32) ^ b) >> np.int32(31))  # 0 if same sign, else -1
+    down = np.int32(inexact & ~same)  # -1 where q overshoots
+    b = np.int32(np.int32(b + down) | np.int32(inexact & np.int32(1)))
+    return np.int32(b).view(np.float32)
+
+
+@njit(inline="always")
 def _rne_code32(q, fp):
     """The code of the float32 ``q`` rounded to nearest even into a signed format with subnormals and
     the standard layout, in 32-bit integer and float32 lane arithmetic only (it vectorizes).
 
     ``q`` must be exact or rounded to odd (at 24 bits, then rounding to <= 21 is the single rounding).
-    The trick: adding ``M = 2**(e + 23 - m)`` (``e`` the binade of ``q``, at least ``emin``) rounds
-    ``|q|`` to a multiple of ``2**(e - m)`` by float32 RNE, and the low bits of the sum count those
-    multiples; the binade's code offset is added with a multiply, so every shift is by a constant.
-    ``fp``: int32 constants from :func:`_fast_params`.
+    Two candidates, selected by the magnitude ``a`` of ``q``'s bit pattern:
+
+    * normal range (``|q| >= 2**emin``): the integer rounding of the pattern,
+      ``(a + 2**(s-1) - 1 + lsb) >> s`` with ``s = 23 - m`` and ``lsb`` the last kept bit, with the
+      exponent rebias folded into the added constant;
+    * subnormal range: adding ``M = 2**(emin - m + 23)`` rounds ``|q|`` to a multiple of the subnormal
+      spacing ``2**(emin - m)`` by float32 RNE, and the low bits of the sum count the multiples, which
+      is the code (``2**m``, the smallest normal's code, when it rounds up).
+
+    Overflow (and inf) is capped to the saturation or overflow code, NaN gets the NaN code.  ``fp``:
+    int32 constants from :func:`_fast_params`.
     """
-    e0_bits, sh23, two_m, cap_bits, max_code, ovf_code, nan_code, sign_mask, _fma_min = fp
+    e0_bits, shift, k_add, magic_bits, ovf_code, nan_code, sign_shift, sign_mask = fp[:8]
     b = np.float32(q).view(np.int32)
     a = np.int32(b & np.int32(0x7FFFFFFF))
-    sign = sign_mask if b < np.int32(0) else np.int32(0)
-    a2 = min(a, cap_bits)  # everything at or above 2**(emax + 1) overflows
-    ex = max(np.int32(a2 & np.int32(0x7F800000)), e0_bits)
-    mb = np.int32(ex + sh23)
-    y = np.float32(np.int32(a2).view(np.float32) + np.int32(mb).view(np.float32))
-    k = np.int32(np.float32(y).view(np.int32) - mb)
-    c = np.int32(np.int32(np.int32(ex - e0_bits) >> np.int32(23)) * two_m + k)
+    lsb = np.int32(_lshr32(a, shift) & np.int32(1))
+    cn = _lshr32(np.int32(np.int32(a + k_add) + lsb), shift)  # a + k_add > 0 where cn is used
+    y = np.float32(np.int32(a).view(np.float32) + np.int32(magic_bits).view(np.float32))
+    cs = np.int32(np.float32(y).view(np.int32) - magic_bits)
+    c = cs if a < e0_bits else cn
     c = min(c, ovf_code)  # ovf_code is max_code (saturate) or max_code + 1 (the inf or NaN code)
-    c = nan_code if a > np.int32(0x7F800000) else c
-    return np.uint8(c | sign)
+    c = nan_code if q != q else c  # (a float compare: one lane operation)
+    return np.uint8(c | np.int32(_lshr32(b, sign_shift) & sign_mask))
 
 
 def _fast_params(fmt: Format, saturate: bool):
     """int32 constants of :func:`_rne_code32` for ``fmt``, or None where it does not apply
     (the format needs a signed layout with -0, subnormals, IEEE/OCP/no NaN, <= 8 bits, and ranges
-    that keep every magic constant a float32 normal)."""
+    that keep every constant a float32 normal and every sum inside int32)."""
     ok = (
         fmt.signed
         and fmt.subnormals
         and fmt.has_negative_zero
         and fmt.bits <= 8
+        and fmt.sign_mask == 1 << (fmt.bits - 1)
         and fmt.nan in (NanStyle.IEEE, NanStyle.OCP, NanStyle.NONE)
         and 1 <= fmt.mbits <= 21
         and fmt.emin - fmt.mbits >= -124
@@ -649,104 +690,33 @@ def _fast_params(fmt: Format, saturate: bool):
             return None
         ovf = special
     i32 = np.int32
+    s = 23 - fmt.mbits
     # The float32 residual fma(q, d, -x) of q = RN(x/d) is exact when q's and d's binades sum to at least
     # -103 (no underflow).  It decides the rounding only for quotients from the format's smallest
     # midpoint 2**(emin - mbits - 1) upward (smaller ones give zero either way), so scales from
     # 2**(-103 - (emin - mbits - 1)) up may use it; smaller scales take the float64 residual.
     fma_min = max(-126, -103 - (fmt.emin - fmt.mbits - 1))
     return (
-        i32((fmt.emin + 127) << 23),
-        i32((23 - fmt.mbits) << 23),
-        i32(1 << fmt.mbits),
-        i32((fmt.emax + 1 + 127) << 23),
-        i32(fmt.max_code_mag),
+        i32((fmt.emin + 127) << 23),  # |q| below 2**emin: subnormal
+        i32(s),
+        i32((1 << (s - 1)) - 1 - ((126 + fmt.emin) << 23)),  # rounding bias minus the exponent rebias
+        i32((fmt.emin - fmt.mbits + 23 + 127) << 23),  # M = 2**(emin - m + 23)
         i32(ovf),
         i32(fmt.nan_code if fmt.nan_code is not None else -1),
+        i32(32 - fmt.bits),  # the sign bit moves from bit 31 to bit bits-1
         i32(fmt.sign_mask),
         i32((fma_min + 127) << 23),
+        i32((1 << (s - 1)) - 4),  # near-midpoint window of the multiply path: its low end ...
+        i32((1 << s) - 1),  # ... and the mask of the bits below the last kept one
     )
 
 
-_NO_FAST = (np.int32(0),) * 9
-
-
-@njit(inline="always")
-def _round_seg(xrow, crow, lo, hi, d, mode, p, key, base, tab, use_tab, fp, use_fast):
-    """Codes of xrow[lo:hi] / d, each the single rounding of the exact quotient.
-
-    Paths, fastest first:
-
-    * ``use_fast`` (float32 input, RNE, a format :func:`_fast_params`
-      accepts) and a float32 normal scale: for a power-of-two scale the
-      float32 product with its reciprocal is exact; otherwise the float32
-      quotient is re-rounded to odd with its exact residual (below); then
-      :func:`_rne_code32` computes the code arithmetically.
-
-    * ``use_tab`` (float32 input, deterministic mode, an element format with
-      <= 6 mantissa bits, ``tab`` = that rounding's memo table from
-      :mod:`fp8sim.rounding`) and a float32 scale: the quotient is formed in
-      float32, its exact residual ``q*d - x`` (exact in float64) tells
-      whether and in which direction it was rounded, and the quotient is
-      re-rounded to odd (toward zero, lowest bit set when inexact).  Round to
-      odd at 24 bits followed by any rounding at <= 7 bits equals that single
-      rounding of the exact quotient; the memo table then gives the code.
-    * otherwise the float64 quotient, by multiplying with the reciprocal
-      for a power-of-two scale (exact), else by division (a float32 or
-      bfloat16 element over a float32 scale is either exactly on a rounding
-      boundary of an FP8 format or far from it, so rounding the float64
-      quotient is rounding the exact quotient).
-    """
-    nan_code = p[10]  # the rest of p goes to the general path
-    xs = xrow[lo:hi]  # every loop runs over slices from 0: indexing with range(lo, hi) does not vectorize
-    cs = crow[lo:hi]
-    n = xs.size
-    if d != d:  # NaN scale: the whole block is NaN (elements get the NaN code, or 0 without one)
-        fill = nan_code if nan_code >= 0 else 0
-        for j in range(n):
-            cs[j] = fill
-        return
-    d32 = np.float32(d)
-    if use_fast and np.float64(d32) == d and d32 >= np.float32(1.1754943508222875e-38) and d32 < np.inf:
-        if np.int32(np.float32(d32).view(np.int32) & np.int32(0x7FFFFF)) == np.int32(0):  # a power of two
-            inv = np.float32(1.0) / d32  # exact
-            for j in range(n):
-                cs[j] = _rne_code32(np.float32(xs[j]) * inv, fp)
-        elif np.float32(d32).view(np.int32) >= fp[8]:  # the float32 residual is exact (_fast_params)
-            for j in range(n):
-                xv = np.float32(xs[j])
-                q = xv / d32
-                cs[j] = _rne_code32(_to_odd(q, _fma32(q, d32, -xv), np.float32(0.0)), fp)  # residual q*d - x
-        else:
-            d64 = np.float64(d32)
-            for j in range(n):
-                xv = np.float32(xs[j])
-                q = xv / d32
-                cs[j] = _rne_code32(_to_odd(q, np.float64(q) * d64 - np.float64(xv), 0.0), fp)  # exact residual
-        return
-    if use_tab and np.float64(d32) == d and d32 >= np.float32(1.1754943508222875e-38) and d32 < np.inf:
-        d64 = np.float64(d32)
-        buf = np.empty(n, dtype=np.uint32)
-        for j in range(n):  # vectorizes: quotient, residual, round to odd
-            xv = np.float32(xs[j])
-            q = xv / d32
-            r = np.float64(q) * d64 - np.float64(xv)  # exact: q*d has <= 48 significant bits
-            b = np.int64(np.float32(q).view(np.int32))
-            inexact = r != 0.0
-            toward_zero = inexact & (q != np.float32(0.0)) & ((r > 0.0) == (q > np.float32(0.0)))
-            b = (b - np.int64(toward_zero)) | np.int64(inexact)
-            if not (abs(xv) < np.float32(np.inf)):  # inf / NaN elements keep their own pattern
-                b = np.int64(xv.view(np.int32))
-            buf[j] = np.uint32(b & np.int64(0xFFFFFFFF))
-        for j in range(n):  # table lookups
-            u = buf[j]
-            cs[j] = tab[np.int64((u & np.uint32(0xFFFF)) != np.uint32(0)), np.int64(u >> np.uint32(16))]
-        return
-    _round_seg_general(xs, cs, d, mode, p, key, base + lo)
+_NO_FAST = (np.int32(0),) * 11
 
 
 @njit(cache=True)  # not inlined: the kernels share one compilation of the general path
 def _round_seg_general(xs, cs, d, mode, p, key, base):
-    """The general path of :func:`_round_seg`: the float64 quotient, rounded by the bit-level kernel."""
+    """The general path of :func:`_round_row`: the float64 quotient, rounded by the bit-level kernel."""
     (
         mbits,
         emin,
@@ -793,95 +763,271 @@ def _round_seg_general(xs, cs, d, mode, p, key, base):
         cs[j] = c
 
 
+# _round_row's paths for a tile
+_P_POW2, _P_MUL, _P_DIV, _P_DIV64, _P_NAN, _P_OTHER = 0, 1, 2, 3, 4, 5
+
+
+@njit(cache=True)
+def _round_row(
+    xrow, crow, bn, srow, glob, mode, p, key, base, tab, use_tab, fp, use_fast, measure, xirow, arow, sp, ignore_nan
+):
+    """Codes of one row: tile ``jb`` (elements ``lo = jb*bn`` to ``hi = (jb+1)*bn``, the last one ragged)
+    divided by ``d = srow[jb] * glob``, each the single rounding of the exact quotient.
+
+    With ``measure``, the scales are not given but computed here: each tile's amax (from ``xirow``, the
+    row's bit patterns) goes to ``arow`` and its scale (policy ``sp``) to ``srow``.  The row is worked
+    through in chunks of about 1024 elements, each measured and then rounded while it is in L1, so that
+    the memory traffic (the hardware prefetcher streaming the row) overlaps the arithmetic.
+
+    A serial function that the parallel kernels call once per row (compiled once).  The tile loop's body
+    is written out here rather than in an inlined helper: passing the row arrays to one costs reference
+    counting per tile, more than a 32-element tile's arithmetic.
+
+    Paths, fastest first:
+
+    * ``use_fast`` (float32 input, RNE, a format :func:`_fast_params`
+      accepts) and a float32 normal scale: for a power-of-two scale the
+      float32 product with its reciprocal is exact; otherwise the product
+      with the reciprocal is used where it provably rounds like the exact
+      quotient, else the float32 quotient is re-rounded to odd with its
+      exact residual (below); then :func:`_rne_code32` computes the code
+      arithmetically.
+    * ``use_tab`` (float32 input, deterministic mode, an element format with
+      <= 6 mantissa bits, ``tab`` = that rounding's memo table from
+      :mod:`fp8sim.rounding`) and a float32 scale: the quotient is formed in
+      float32, its exact residual ``q*d - x`` (exact in float64) tells
+      whether and in which direction it was rounded, and the quotient is
+      re-rounded to odd (toward zero, lowest bit set when inexact).  Round to
+      odd at 24 bits followed by any rounding at <= 7 bits equals that single
+      rounding of the exact quotient; the memo table then gives the code.
+    * otherwise the float64 quotient, by multiplying with the reciprocal
+      for a power-of-two scale (exact), else by division (a float32 or
+      bfloat16 element over a float32 scale is either exactly on a rounding
+      boundary of an FP8 format or far from it, so rounding the float64
+      quotient is rounding the exact quotient).
+    """
+    N = xrow.size
+    nt = srow.size
+    tpc = max(1, 1024 // bn)  # tiles per chunk
+    nan_code = p[10]  # the rest of p goes to the general path
+    e0_bits, lo_win, smask = fp[0], fp[9], fp[10]
+    sub_lim = np.int32(e0_bits + np.int32(0x7FFFFFFF))  # see the multiply path
+    path = np.empty(tpc, dtype=np.int32)
+    dv = np.empty(tpc, dtype=np.float32)  # the float32 scale
+    iv = np.empty(tpc, dtype=np.float32)  # its reciprocal
+    for c0 in range(0, nt, tpc):
+        c1 = min(c0 + tpc, nt)
+        if measure:
+            for jb in range(c0, c1):
+                a = _amax_seg(xirow, jb * bn, min(jb * bn + bn, N), ignore_nan)
+                arow[jb] = a
+                srow[jb] = _scale_one(a, glob, sp)
+        # Phase 1: each tile's path and float32 constants, scalar work that is independent from tile to
+        # tile (so it overlaps, instead of delaying every tile's loop by a division's latency).
+        for jb in range(c0, c1):
+            t = jb - c0
+            d = np.float64(srow[jb]) * glob
+            d32 = np.float32(d)
+            dv[t] = d32
+            sb = np.float32(d32).view(np.int32)
+            if use_fast and np.int32(sb - np.int32(0x00800000)) < np.int32(0x7E000000) and sb & 0x7FFFFF == 0:
+                # a power of two in [2**-126, 2**125]: its reciprocal, exactly, from the exponent field
+                iv[t] = np.int32(np.int32(0x7F000000) - sb).view(np.float32)
+            else:
+                iv[t] = np.float32(1.0) / d32
+            if d != d:
+                path[t] = _P_NAN
+            elif use_fast and np.float64(d32) == d and d32 >= np.float32(1.1754943508222875e-38) and d32 < np.inf:
+                if np.int32(np.float32(d32).view(np.int32) & np.int32(0x7FFFFF)) == np.int32(0):
+                    path[t] = _P_POW2
+                elif np.float32(d32).view(np.int32) >= fp[8]:  # the float32 residual is exact (_fast_params)
+                    path[t] = _P_MUL if d32 < np.float32(4.2535295865117308e37) else _P_DIV  # 2**125
+                else:
+                    path[t] = _P_DIV64
+            else:
+                path[t] = _P_OTHER
+        # Phase 2: the tiles.  Runs of power-of-two and multiply-path tiles go through tight loops that keep
+        # their constants in registers.  The NaN fill and the fast paths index the row with unsigned integers
+        # over range(lo, hi): no bounds wraparound (so the loops vectorize) and no tile slices (whose reference
+        # counting would cost more than a 32-element tile's arithmetic).  The table and general paths work on
+        # slices.
+        jb = c0
+        while jb < c1:
+            kind = path[jb - c0]
+            if kind == _P_POW2:  # the product with the exact reciprocal
+                while True:
+                    lo = jb * bn
+                    hi = min(lo + bn, N)
+                    inv = iv[jb - c0]
+                    for j in range(np.uint64(lo), np.uint64(hi)):
+                        crow[j] = _rne_code32(np.float32(xrow[j]) * inv, fp)
+                    jb += 1
+                    if jb == c1 or path[jb - c0] != _P_POW2:
+                        break
+                continue
+            if kind == _P_MUL:
+                # Multiply by the reciprocal: q1 = RN(x * RN(1/d)) is within 2 ulps of x/d, so RNE at the
+                # format's precision gives the single rounding unless a midpoint of the format's grid is that
+                # close to q1 (its bits below the last kept one within 4 of 100..0) or q1 is in the subnormal
+                # range.  Such a tile (rare) is redone by division.
+                while True:
+                    lo = jb * bn
+                    hi = min(lo + bn, N)
+                    inv = iv[jb - c0]
+                    hard = np.int32(0)  # min of int32 masks: 32-bit lanes (| would widen them to 64 bits)
+                    for j in range(np.uint64(lo), np.uint64(hi)):
+                        q1 = np.float32(xrow[j]) * inv
+                        crow[j] = _rne_code32(q1, fp)
+                        a = np.int32(np.float32(q1).view(np.int32) & np.int32(0x7FFFFFFF))
+                        near = np.int32(np.int32(a - lo_win) & smask) <= np.int32(8)
+                        # 0 < |q1| < 2**emin, as a signed compare after moving 1 to INT32_MIN
+                        sub = np.int32(a + np.int32(0x7FFFFFFF)) < sub_lim
+                        hard = min(hard, np.int32(-1) if near | sub else np.int32(0))
+                    if hard != np.int32(0):
+                        d32 = dv[jb - c0]
+                        for j in range(np.uint64(lo), np.uint64(hi)):  # as _P_DIV
+                            xv = np.float32(xrow[j])
+                            q = xv / d32
+                            crow[j] = _rne_code32(_to_odd32(q, _fma32(q, d32, -xv)), fp)
+                    jb += 1
+                    if jb == c1 or path[jb - c0] != _P_MUL:
+                        break
+                continue
+            lo = jb * bn
+            hi = min(lo + bn, N)
+            ulo = np.uint64(lo)
+            uhi = np.uint64(hi)
+            d32 = dv[jb - c0]
+            jb += 1
+            if kind == _P_DIV:  # the float32 quotient re-rounded to odd with its float32 residual q*d - x
+                for j in range(ulo, uhi):
+                    xv = np.float32(xrow[j])
+                    q = xv / d32
+                    crow[j] = _rne_code32(_to_odd32(q, _fma32(q, d32, -xv)), fp)
+                continue
+            if kind == _P_DIV64:  # as _P_DIV with the float64 residual (exact where the float32 one may not be)
+                d64 = np.float64(d32)
+                for j in range(ulo, uhi):
+                    xv = np.float32(xrow[j])
+                    q = xv / d32
+                    crow[j] = _rne_code32(_to_odd(q, np.float64(q) * d64 - np.float64(xv), 0.0), fp)
+                continue
+            if kind == _P_NAN:  # NaN scale: the whole block is NaN (elements get the NaN code, or 0 without one)
+                fill = nan_code if nan_code >= 0 else 0
+                for j in range(ulo, uhi):
+                    crow[j] = fill
+                continue
+            d = np.float64(srow[jb - 1]) * glob
+            xs = xrow[lo:hi]
+            cs = crow[lo:hi]
+            n = xs.size
+            if use_tab and np.float64(d32) == d and d32 >= np.float32(1.1754943508222875e-38) and d32 < np.inf:
+                d64 = np.float64(d32)
+                buf = np.empty(n, dtype=np.uint32)
+                for j in range(n):  # vectorizes: quotient, residual, round to odd
+                    xv = np.float32(xs[j])
+                    q = xv / d32
+                    r = np.float64(q) * d64 - np.float64(xv)  # exact: q*d has <= 48 significant bits
+                    b = np.int64(np.float32(q).view(np.int32))
+                    inexact = r != 0.0
+                    toward_zero = inexact & (q != np.float32(0.0)) & ((r > 0.0) == (q > np.float32(0.0)))
+                    b = (b - np.int64(toward_zero)) | np.int64(inexact)
+                    if not (abs(xv) < np.float32(np.inf)):  # inf / NaN elements keep their own pattern
+                        b = np.int64(xv.view(np.int32))
+                    buf[j] = np.uint32(b & np.int64(0xFFFFFFFF))
+                for j in range(n):  # table lookups
+                    u = buf[j]
+                    cs[j] = tab[np.int64((u & np.uint32(0xFFFF)) != np.uint32(0)), np.int64(u >> np.uint32(16))]
+                continue
+            _round_seg_general(xs, cs, d, mode, p, key, base + lo)
+
+
+@njit(cache=True)
+def _band_amax_row(xirow, bn, ignore_nan, am):
+    """Fold one row's tile amaxes into the band's ``am`` (NaN propagates, as np.maximum does)."""
+    N = xirow.size
+    for jb in range(am.size):
+        ai = _amax_seg(xirow, jb * bn, min(jb * bn + bn, N), ignore_nan)
+        a = am[jb]
+        if a == a and (ai != ai or ai > a):
+            am[jb] = ai
+
+
 # The rounding mode is a run-time argument: one compilation of each kernel serves every mode (the
 # fast paths do not depend on it; the general path branches on it per element).
 @njit(parallel=True, cache=True)
-def _apply(x3, scales3, bm, bn, glob, mode, p, key, tab, use_tab, fp, use_fast, codes3):
+def _apply(x3, xi3, scales3, bm, bn, glob, mode, p, key, tab, use_tab, fp, use_fast, sp, codes3):
     """Round every element with its block's (given) scale; parallel over rows."""
     B, M, N = x3.shape
-    nbn = (N + bn - 1) // bn
     for t in prange(B * M):
         b = t // M
         i = t - b * M
-        ib = i // bm
-        xrow = x3[b, i]
-        crow = codes3[b, i]
-        for jb in range(nbn):
-            lo = jb * bn
-            hi = min(lo + bn, N)
-            _round_seg(
-                xrow,
-                crow,
-                lo,
-                hi,
-                np.float64(scales3[b, ib, jb]) * glob,
-                mode,
-                p,
-                key,
-                t * N,
-                tab,
-                use_tab,
-                fp,
-                use_fast,
-            )
+        srow = scales3[b, i // bm]
+        _round_row(
+            x3[b, i],
+            codes3[b, i],
+            bn,
+            srow,
+            glob,
+            mode,
+            p,
+            key,
+            t * N,
+            tab,
+            use_tab,
+            fp,
+            use_fast,
+            False,
+            xi3[b, i],
+            srow,
+            sp,
+            False,
+        )
 
 
 @njit(parallel=True, cache=True)
 def _fused(x3, xi3, bm, bn, mode, p, key, sp, glob, ignore_nan, tab, use_tab, fp, use_fast, codes3, scales3, amax3):
-    """Per band of bm rows (a single row for 1xN tiles, groups and MX): the blocks' amaxes (row by row,
-    streaming), their scales, then the rounding (the band is read again, from cache).  Parallel over bands."""
+    """Per band of bm rows: the blocks' amaxes, their scales, then the rounding.  A single row (1xN
+    tiles, groups and MX) is measured and rounded chunk by chunk in one pass (:func:`_round_row`); a
+    band of several rows is read for its amaxes first, then again, from cache, for the rounding.
+    Parallel over bands.  The scale kinds it serves (fp32, pow2, e8m0) are float32 values, so the
+    rounding may take them back from ``scales3``."""
     B, M, N = x3.shape
     nbm = (M + bm - 1) // bm
     nbn = (N + bn - 1) // bn
     for t in prange(B * nbm):
         b = t // nbm
         ib = t - b * nbm
-        i1 = min(ib * bm + bm, M)
-        am = np.zeros(nbn, dtype=np.float64)
-        sc = np.empty(nbn, dtype=np.float64)
-        if bm == 1:  # one row: each tile's amax, scale and rounding in turn, while the tile is in L1
-            xirow = xi3[b, ib]
-            xrow = x3[b, ib]
-            crow = codes3[b, ib]
+        i0 = ib * bm
+        i1 = min(i0 + bm, M)
+        if bm > 1:
+            am = np.zeros(nbn, dtype=np.float64)
+            for i in range(i0, i1):
+                _band_amax_row(xi3[b, i], bn, ignore_nan, am)
             for jb in range(nbn):
-                lo = jb * bn
-                hi = min(lo + bn, N)
-                a = _amax_seg(xirow, lo, hi, ignore_nan)
-                s = _scale_one(a, glob, sp)
-                amax3[b, ib, jb] = a
-                scales3[b, ib, jb] = s
-                _round_seg(xrow, crow, lo, hi, s * glob, mode, p, key, (b * M + ib) * N, tab, use_tab, fp, use_fast)
-            i1 = ib * bm  # nothing left for the band loops below
-        for i in range(ib * bm, i1):
-            xirow = xi3[b, i]
-            for jb in range(nbn):
-                ai = _amax_seg(xirow, jb * bn, min(jb * bn + bn, N), ignore_nan)
-                a = am[jb]
-                if a == a and (ai != ai or ai > a):  # NaN propagates, as np.maximum does
-                    am[jb] = ai
-        for jb in range(nbn if bm > 1 else 0):
-            sc[jb] = _scale_one(am[jb], glob, sp)
-            amax3[b, ib, jb] = am[jb]
-            scales3[b, ib, jb] = sc[jb]
-        for i in range(ib * bm, i1):
-            xrow = x3[b, i]
-            crow = codes3[b, i]
-            for jb in range(nbn):
-                _round_seg(
-                    xrow,
-                    crow,
-                    jb * bn,
-                    min(jb * bn + bn, N),
-                    sc[jb] * glob,
-                    mode,
-                    p,
-                    key,
-                    (b * M + i) * N,
-                    tab,
-                    use_tab,
-                    fp,
-                    use_fast,
-                )
+                amax3[b, ib, jb] = am[jb]
+                scales3[b, ib, jb] = _scale_one(am[jb], glob, sp)
+        for i in range(i0, i1):
+            _round_row(
+                x3[b, i],
+                codes3[b, i],
+                bn,
+                scales3[b, ib],
+                glob,
+                mode,
+                p,
+                key,
+                (b * M + i) * N,
+                tab,
+                use_tab,
+                fp,
+                use_fast,
+                bm == 1,
+                xi3[b, i],
+                amax3[b, ib],
+                sp,
+                ignore_nan,
+            )
 
 
 _NO_TABLE = np.zeros((2, 1), dtype=np.uint8)
@@ -1211,7 +1357,7 @@ def quantize(
     use_tab = bool(xc.dtype == np.float32 and m != K.SR and fmt.mbits <= 6 and float32_kernel_ok(fmt) and not use_fast)
     tab = _memo_table(fmt, m, p, True) if use_tab else _NO_TABLE
     x3 = xc.reshape(B, M, N)
-    codes = np.empty((B, M, N), dtype=fmt.code_dtype)
+    codes = _buffers.empty((B, M, N), fmt.code_dtype)  # large ones are reused once dropped (see _buffers)
     glob = 1.0
 
     if isinstance(g, NVFP4):
@@ -1236,7 +1382,7 @@ def quantize(
             scales3 = s.astype(np.float32).reshape(1, 1, 1)
         else:
             scales3 = np.ones((1, 1, 1), dtype=np.float32)
-        _apply(x3, scales3, bm, bn, 1.0, mode_arg, p, key, tab, use_tab, fp, use_fast, codes)
+        _apply(x3, _bits(x3), scales3, bm, bn, 1.0, mode_arg, p, key, tab, use_tab, fp, use_fast, sp, codes)
         amax3: np.ndarray = np.full((1, 1, 1), cur, dtype=np.float32)
         g.record(cur)
     elif amax is None and bn > 1 and B * nbm >= 4 and sf not in ("bf16", "e4m3") and not isinstance(g, NVFP4):
@@ -1284,7 +1430,7 @@ def quantize(
         _scales_from_amax(np.ascontiguousarray(amax3, dtype=np.float64).reshape(-1), glob, sp, s)
         s = _finish_scales(s, sf, sr, None)
         scales3 = s.astype(np.float32).reshape(B, nbm, nbn)
-        _apply(x3, scales3, bm, bn, glob, mode_arg, p, key, tab, use_tab, fp, use_fast, codes)
+        _apply(x3, _bits(x3), scales3, bm, bn, glob, mode_arg, p, key, tab, use_tab, fp, use_fast, sp, codes)
         amax3 = np.asarray(amax3, dtype=np.float32)
     sshape = g.scale_shape(shape)
     return QuantizedTensor(

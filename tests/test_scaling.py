@@ -420,6 +420,32 @@ def test_float32_fast_path_equals_general_path_on_a_bit_pattern_sweep(fmt):
                 assert np.array_equal(a.codes, b.codes), (fmt, amax, sf, sat, int((a.codes != b.codes).sum()))
 
 
+@pytest.mark.parametrize("fmt", ["e4m3", "e5m2"])
+def test_float32_multiply_path_near_midpoints(fmt):
+    """Elements whose quotient lies within a few float32 ulps of a midpoint of the format's grid, the
+    cases where multiplying by the reciprocal instead of dividing could round the wrong way: quotients
+    within 4 ulps of a midpoint must be detected (their tile is redone by division), those further away
+    must round right anyway.  Checked against the float64 path with zero tolerance."""
+    f = fp8sim.format(fmt)
+    codes = np.arange(1, f.max_code_mag + 1)
+    grid = np.sort(np.unique(fp8sim.decode(codes.astype(f.code_dtype), f).astype(np.float64)))
+    grid = grid[np.isfinite(grid)]
+    mids = (grid[:-1] + grid[1:]) / 2  # every midpoint, subnormal and normal range
+    mids = np.concatenate([mids, [grid[-1] + (grid[-1] - grid[-2]) / 2]])  # the overflow boundary
+    rng = np.random.default_rng(11)
+    k = np.arange(-12, 13)
+    for _ in range(12):
+        amax = float(np.float32(rng.uniform(0.5, 2.0) * 10.0 ** rng.integers(-3, 4))) * f.max
+        d = float(quantize(np.ones(8, np.float32), fmt, "g8", amax=amax).scales[0])
+        assert d != 2.0 ** np.round(np.log2(d))  # not a power of two: the multiply path
+        centre = (mids * d).astype(np.float32).view(np.int32)
+        x = (centre[:, None] + k[None, :]).astype(np.int32).view(np.float32).ravel()
+        x = np.concatenate([x, -x])
+        a = quantize(x, fmt, "g8", amax=amax)
+        b = quantize(x.astype(np.float64), fmt, "g8", amax=amax)
+        assert np.array_equal(a.codes, b.codes), (fmt, d, int((a.codes != b.codes).sum()))
+
+
 @pytest.mark.parametrize(
     "g, sf",
     [
