@@ -834,6 +834,7 @@ def _round_row(
     path = np.empty(tpc, dtype=np.int32)
     dv = np.empty(tpc, dtype=np.float32)  # the float32 scale
     iv = np.empty(tpc, dtype=np.float32)  # its reciprocal
+    ie = np.empty(tpc * bn, dtype=np.float32)  # the reciprocal of each element's power-of-two scale
     for c0 in range(0, nt, tpc):
         c1 = min(c0 + tpc, nt)
         if measure:
@@ -859,6 +860,9 @@ def _round_row(
             elif use_fast and np.float64(d32) == d and d32 >= np.float32(1.1754943508222875e-38) and d32 < np.inf:
                 if np.int32(np.float32(d32).view(np.int32) & np.int32(0x7FFFFF)) == np.int32(0):
                     path[t] = _P_POW2
+                    inv = iv[t]
+                    for j in range(np.uint64(t * bn), np.uint64(min(t * bn + bn, N - c0 * bn))):
+                        ie[j] = inv  # each element's reciprocal: the run's loop has no per-tile set-up
                 elif np.float32(d32).view(np.int32) >= fp[8]:  # the float32 residual is exact (_fast_params)
                     path[t] = _P_MUL if d32 < np.float32(4.2535295865117308e37) else _P_DIV  # 2**125
                 else:
@@ -873,16 +877,14 @@ def _round_row(
         jb = c0
         while jb < c1:
             kind = path[jb - c0]
-            if kind == _P_POW2:  # the product with the exact reciprocal
-                while True:
-                    lo = jb * bn
-                    hi = min(lo + bn, N)
-                    inv = iv[jb - c0]
-                    for j in range(np.uint64(lo), np.uint64(hi)):
-                        crow[j] = _rne_code32(np.float32(xrow[j]) * inv, fp)
-                    jb += 1
-                    if jb == c1 or path[jb - c0] != _P_POW2:
-                        break
+            if kind == _P_POW2:  # the product with the exact reciprocal, over a run of such tiles at once
+                je = jb + 1
+                while je < c1 and path[je - c0] == _P_POW2:
+                    je += 1
+                clo = np.uint64(c0 * bn)
+                for j in range(np.uint64(jb * bn), np.uint64(min(je * bn, N))):
+                    crow[j] = _rne_code32(np.float32(xrow[j]) * ie[j - clo], fp)
+                jb = je
                 continue
             if kind == _P_MUL:
                 # Multiply by the reciprocal: q1 = RN(x * RN(1/d)) is within 2 ulps of x/d, so RNE at the
