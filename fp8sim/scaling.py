@@ -654,7 +654,7 @@ def _to_odd32(q, r):
 
 
 @njit(inline="always")
-def _rne_code32(q, fp):
+def _rne_code32(q, fp, nan=True):
     """The code of the float32 ``q`` rounded to nearest even into a signed format with subnormals and
     the standard layout, in 32-bit integer and float32 lane arithmetic only (it vectorizes).
 
@@ -680,7 +680,8 @@ def _rne_code32(q, fp):
     cs = np.int32(np.float32(y).view(np.int32) - magic_bits)
     c = cs if a < e0_bits else cn
     c = min(c, ovf_code)  # ovf_code is max_code (saturate) or max_code + 1 (the inf or NaN code)
-    c = nan_code if q != q else c  # (a float compare: one lane operation)
+    if nan:  # (a constant at the call site: False drops the test where no element can be NaN)
+        c = nan_code if q != q else c
     return np.uint8(c | np.int32(_lshr32(b, sign_shift) & sign_mask))
 
 
@@ -782,16 +783,64 @@ def _round_seg_general(xs, cs, d, mode, p, key, base):
         cs[j] = c
 
 
+@njit(inline="always")
+def _pow2_run(xrow, crow, ie, lo, hi, clo, fp, nan):
+    """Codes of xrow[lo:hi] times each element's exact reciprocal ``ie[j - clo]`` (a run of tiles with
+    power-of-two scales: one loop, no per-tile set-up)."""
+    for j in range(np.uint64(lo), np.uint64(hi)):
+        crow[j] = _rne_code32(np.float32(xrow[j]) * ie[j - np.uint64(clo)], fp, nan)
+
+
+@njit(inline="always")
+def _mul_tile(xrow, crow, lo, hi, inv, fp, sub_lim, nan):
+    """Codes of xrow[lo:hi] times the reciprocal ``inv`` of a float32 scale that is not a power of two:
+    ``q1 = RN(x * RN(1/d))`` is within 2 ulps of ``x/d``, so RNE at the format's precision gives the
+    single rounding unless a midpoint of the format's grid is that close to ``q1`` (its bits below the
+    last kept one within 4 of 100..0) or ``q1`` is in the subnormal range.  Returns whether an element
+    was that close (the caller then redoes the tile by division)."""
+    lo_win, smask = fp[9], fp[10]
+    hard = np.int32(0)  # min of int32 masks: 32-bit lanes (| would widen them to 64 bits)
+    for j in range(np.uint64(lo), np.uint64(hi)):
+        q1 = np.float32(xrow[j]) * inv
+        crow[j] = _rne_code32(q1, fp, nan)
+        a = np.int32(np.float32(q1).view(np.int32) & np.int32(0x7FFFFFFF))
+        near = np.int32(np.int32(a - lo_win) & smask) <= np.int32(8)
+        sub = np.int32(a + np.int32(0x7FFFFFFF)) < sub_lim  # 0 < |q1| < 2**emin: 1 moved to INT32_MIN
+        hard = min(hard, np.int32(-1) if near | sub else np.int32(0))
+    return hard != np.int32(0)
+
+
 # _round_row's paths for a tile
 _P_POW2, _P_MUL, _P_DIV, _P_DIV64, _P_NAN, _P_OTHER = 0, 1, 2, 3, 4, 5
 
 
 @njit(cache=True)
 def _round_row(
-    xrow, crow, bn, srow, glob, mode, p, key, base, tab, use_tab, fp, use_fast, measure, xirow, arow, sp, ignore_nan
+    xrow,
+    crow,
+    bn,
+    srow,
+    glob,
+    mode,
+    p,
+    key,
+    base,
+    tab,
+    use_tab,
+    fp,
+    use_fast,
+    measure,
+    xirow,
+    arow,
+    sp,
+    ignore_nan,
+    nan_free,
 ):
     """Codes of one row: tile ``jb`` (elements ``lo = jb*bn`` to ``hi = (jb+1)*bn``, the last one ragged)
     divided by ``d = srow[jb] * glob``, each the single rounding of the exact quotient.
+
+    ``nan_free``: no element reaches the fast loops as NaN (the caller measured every block's amax with
+    NaN propagating, so a block with a NaN has a NaN scale and is filled), which drops their NaN test.
 
     With ``measure``, the scales are not given but computed here: each tile's amax (from ``xirow``, the
     row's bit patterns) goes to ``arow`` and its scale (policy ``sp``) to ``srow``.  The row is worked
@@ -829,7 +878,7 @@ def _round_row(
     nt = srow.size
     tpc = max(1, 1024 // bn)  # tiles per chunk
     nan_code = p[10]  # the rest of p goes to the general path
-    e0_bits, lo_win, smask = fp[0], fp[9], fp[10]
+    e0_bits = fp[0]
     sub_lim = np.int32(e0_bits + np.int32(0x7FFFFFFF))  # see the multiply path
     path = np.empty(tpc, dtype=np.int32)
     dv = np.empty(tpc, dtype=np.float32)  # the float32 scale
@@ -881,30 +930,21 @@ def _round_row(
                 je = jb + 1
                 while je < c1 and path[je - c0] == _P_POW2:
                     je += 1
-                clo = np.uint64(c0 * bn)
-                for j in range(np.uint64(jb * bn), np.uint64(min(je * bn, N))):
-                    crow[j] = _rne_code32(np.float32(xrow[j]) * ie[j - clo], fp)
+                if nan_free:
+                    _pow2_run(xrow, crow, ie, jb * bn, min(je * bn, N), c0 * bn, fp, False)
+                else:
+                    _pow2_run(xrow, crow, ie, jb * bn, min(je * bn, N), c0 * bn, fp, True)
                 jb = je
                 continue
-            if kind == _P_MUL:
-                # Multiply by the reciprocal: q1 = RN(x * RN(1/d)) is within 2 ulps of x/d, so RNE at the
-                # format's precision gives the single rounding unless a midpoint of the format's grid is that
-                # close to q1 (its bits below the last kept one within 4 of 100..0) or q1 is in the subnormal
-                # range.  Such a tile (rare) is redone by division.
+            if kind == _P_MUL:  # the product with the reciprocal, checked (_mul_tile); rare tiles by division
                 while True:
                     lo = jb * bn
                     hi = min(lo + bn, N)
-                    inv = iv[jb - c0]
-                    hard = np.int32(0)  # min of int32 masks: 32-bit lanes (| would widen them to 64 bits)
-                    for j in range(np.uint64(lo), np.uint64(hi)):
-                        q1 = np.float32(xrow[j]) * inv
-                        crow[j] = _rne_code32(q1, fp)
-                        a = np.int32(np.float32(q1).view(np.int32) & np.int32(0x7FFFFFFF))
-                        near = np.int32(np.int32(a - lo_win) & smask) <= np.int32(8)
-                        # 0 < |q1| < 2**emin, as a signed compare after moving 1 to INT32_MIN
-                        sub = np.int32(a + np.int32(0x7FFFFFFF)) < sub_lim
-                        hard = min(hard, np.int32(-1) if near | sub else np.int32(0))
-                    if hard != np.int32(0):
+                    if nan_free:
+                        hard = _mul_tile(xrow, crow, lo, hi, iv[jb - c0], fp, sub_lim, False)
+                    else:
+                        hard = _mul_tile(xrow, crow, lo, hi, iv[jb - c0], fp, sub_lim, True)
+                    if hard:
                         d32 = dv[jb - c0]
                         for j in range(np.uint64(lo), np.uint64(hi)):  # as _P_DIV
                             xv = np.float32(xrow[j])
@@ -1004,6 +1044,7 @@ def _apply(x3, xi3, scales3, bm, bn, glob, mode, p, key, tab, use_tab, fp, use_f
             srow,
             sp,
             False,
+            False,  # given scales: a NaN element may meet a finite scale
         )
 
 
@@ -1051,6 +1092,7 @@ def _fused(x3, xi3, bm, bn, mode, p, key, sp, glob, ignore_nan, tab, use_tab, fp
                 amax3[b, ib],
                 sp,
                 ignore_nan,
+                not ignore_nan,  # NaN made its block's scale NaN
             )
 
 

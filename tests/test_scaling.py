@@ -486,6 +486,22 @@ def test_fused_block_kernel_confines_nan_and_matches_two_pass_amax():
     assert np.isfinite(qi.scales).all() and qi.amax[1, 1] == np.nanmax(np.abs(x[128:256, 128:256]))
 
 
+@pytest.mark.parametrize("g", ["1x128", "128x128", "mx32", "g32"])
+def test_float32_fused_kernels_with_ignore_nan_keep_nan_elements(g):
+    """ignore_nan=True lets a NaN element meet a finite scale in the fast loops (the default makes its
+    block's scale NaN instead): it must get the NaN code, its neighbours their usual codes."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((512, 384)).astype(np.float32)
+    nan_at = (rng.integers(0, 512, 40), rng.integers(0, 384, 40))
+    x[nan_at] = np.nan
+    for fmt in ("e4m3", "e5m2"):
+        a = quantize(x, fmt, g, ignore_nan=True)
+        b = quantize(x.astype(np.float64), fmt, g, ignore_nan=True)
+        assert np.isfinite(a.scales).all() and np.array_equal(a.scales, b.scales)
+        assert np.array_equal(a.codes, b.codes), (g, fmt)
+        assert np.array_equal(np.isnan(a.dequantize()), np.isnan(x))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["e4m3", "e5m2"])
 def test_float32_fast_path_exhaustive(fmt):
