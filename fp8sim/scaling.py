@@ -876,7 +876,10 @@ def _round_row(
     """
     N = xrow.size
     nt = srow.size
-    tpc = max(1, 1024 // bn)  # tiles per chunk
+    # tiles per chunk: a measured tile of 128 or more elements is a chunk of its own (measured and rounded
+    # while it is in L1, the hardware prefetcher streaming the row meanwhile); shorter tiles, and given
+    # scales, go in chunks of about 1024 elements, so that the per-chunk set-up is spread
+    tpc = 1 if measure and bn >= 128 else max(1, 1024 // bn)
     nan_code = p[10]  # the rest of p goes to the general path
     e0_bits = fp[0]
     sub_lim = np.int32(e0_bits + np.int32(0x7FFFFFFF))  # see the multiply path
