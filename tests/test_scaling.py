@@ -486,6 +486,25 @@ def test_fused_block_kernel_confines_nan_and_matches_two_pass_amax():
     assert np.isfinite(qi.scales).all() and qi.amax[1, 1] == np.nanmax(np.abs(x[128:256, 128:256]))
 
 
+@pytest.mark.parametrize("g, sf, sr", [("mx32", None, None), ("g32", "pow2", "floor"), ("g32", "pow2", "ceil")])
+def test_float32_mx_scales_from_the_amax_bits_equal_general_path(g, sf, sr):
+    """MX tiles of float32 take amax, scale and reciprocal from integer arithmetic on the amax's bits;
+    tiles whose scale leaves that range (zero, subnormal or huge amax, clamped scales, margins) take the
+    general scale computation.  Both must equal the float64 path."""
+    rng = np.random.default_rng(9)
+    x = (rng.standard_normal((64, 1024)) * np.exp(rng.normal(0.0, 30.0, (64, 1)))).astype(np.float32)
+    x[0, :64] = 0.0
+    x[1, :32] = 1e-40  # subnormal amax
+    x[2, :32] = 3e38
+    x[3, 5] = np.inf
+    for margin in (-3, 0, 2):
+        for fmt in ("e4m3", "e5m2", "e2m1"):
+            a = quantize(x, fmt, g, scale_format=sf, scale_rounding=sr, margin=margin)
+            b = quantize(x.astype(np.float64), fmt, g, scale_format=sf, scale_rounding=sr, margin=margin)
+            assert np.array_equal(a.scales, b.scales) and np.array_equal(a.amax, b.amax)
+            assert np.array_equal(a.codes, b.codes), (fmt, margin, sf)
+
+
 @pytest.mark.parametrize("g", ["1x128", "128x128", "mx32", "g32"])
 def test_float32_fused_kernels_with_ignore_nan_keep_nan_elements(g):
     """ignore_nan=True lets a NaN element meet a finite scale in the fast loops (the default makes its
