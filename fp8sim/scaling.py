@@ -544,13 +544,20 @@ def _amax_update(a, v, ignore_nan):
 
 
 @njit(inline="always")
+def _top32(xi, lo, hi):
+    """The largest magnitude bit pattern of the float32 patterns xi[lo:hi] (an int32 max reduction)."""
+    top = np.int32(0)
+    for j in range(np.uint64(lo), np.uint64(hi)):  # unsigned: no wraparound check, so it vectorizes
+        top = max(top, np.int32(xi[j] & np.int32(0x7FFFFFFF)))  # int32 casts keep the lanes 32-bit
+    return top
+
+
+@njit(inline="always")
 def _amax_bits32(xi, lo, hi, ignore_nan):
     """amax of float32 bit patterns xi[lo:hi]: an integer max reduction (it vectorizes); inf skipped,
     NaN gives NaN unless ignore_nan.  One pass takes the max of every magnitude pattern; only a tile that
     holds an inf or NaN (a max at or above inf's pattern) is scanned again for its largest finite one."""
-    top = np.int32(0)
-    for j in range(np.uint64(lo), np.uint64(hi)):  # unsigned: no wraparound check, so it vectorizes
-        top = max(top, np.int32(xi[j] & np.int32(0x7FFFFFFF)))  # int32 casts keep the lanes 32-bit
+    top = _top32(xi, lo, hi)
     if top < np.int32(0x7F800000):
         return np.float64(np.int32(top).view(np.float32))
     if top > np.int32(0x7F800000) and not ignore_nan:
@@ -784,6 +791,16 @@ def _round_seg_general(xs, cs, d, mode, p, key, base):
 
 
 @njit(inline="always")
+def _div_tile(xrow, crow, lo, hi, d32, fp):
+    """Codes of xrow[lo:hi] / d32: the float32 quotient re-rounded to odd with its exact float32
+    residual ``q*d - x`` (:func:`_fast_params` says for which scales it is exact)."""
+    for j in range(np.uint64(lo), np.uint64(hi)):
+        xv = np.float32(xrow[j])
+        q = xv / d32
+        crow[j] = _rne_code32(_to_odd32(q, _fma32(q, d32, -xv)), fp)
+
+
+@njit(inline="always")
 def _pow2_run(xrow, crow, ie, lo, hi, clo, fp, nan):
     """Codes of xrow[lo:hi] times each element's exact reciprocal ``ie[j - clo]`` (a run of tiles with
     power-of-two scales: one loop, no per-tile set-up)."""
@@ -901,9 +918,7 @@ def _round_row(
         for jb in range(c0, c1):
             t = jb - c0
             if mx_fast:
-                top = np.int32(0)
-                for j in range(np.uint64(jb * bn), np.uint64(min(jb * bn + bn, N))):
-                    top = max(top, np.int32(xirow[j] & np.int32(0x7FFFFFFF)))
+                top = _top32(xirow, jb * bn, min(jb * bn + bn, N))
                 e = np.int64(top >> 23) - mx_off
                 if np.int32(0x00800000) <= top < np.int32(0x7F800000) and -126 <= e <= 125:
                     if sp[8] <= e <= sp[9]:  # inside the scale format's range (else clamped: below)
@@ -971,11 +986,7 @@ def _round_row(
                     else:
                         hard = _mul_tile(xrow, crow, lo, hi, iv[jb - c0], fp, sub_lim, True)
                     if hard:
-                        d32 = dv[jb - c0]
-                        for j in range(np.uint64(lo), np.uint64(hi)):  # as _P_DIV
-                            xv = np.float32(xrow[j])
-                            q = xv / d32
-                            crow[j] = _rne_code32(_to_odd32(q, _fma32(q, d32, -xv)), fp)
+                        _div_tile(xrow, crow, lo, hi, dv[jb - c0], fp)
                     jb += 1
                     if jb == c1 or path[jb - c0] != _P_MUL:
                         break
@@ -986,11 +997,8 @@ def _round_row(
             uhi = np.uint64(hi)
             d32 = dv[jb - c0]
             jb += 1
-            if kind == _P_DIV:  # the float32 quotient re-rounded to odd with its float32 residual q*d - x
-                for j in range(ulo, uhi):
-                    xv = np.float32(xrow[j])
-                    q = xv / d32
-                    crow[j] = _rne_code32(_to_odd32(q, _fma32(q, d32, -xv)), fp)
+            if kind == _P_DIV:
+                _div_tile(xrow, crow, lo, hi, d32, fp)
                 continue
             if kind == _P_DIV64:  # as _P_DIV with the float64 residual (exact where the float32 one may not be)
                 d64 = np.float64(d32)
