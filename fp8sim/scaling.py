@@ -505,6 +505,14 @@ def _ceil_log2(a):
 
 
 @njit(inline="always")
+def _scale_fp32(a, fmax, m2, smin, smax):
+    """An fp32 scale: amax / max rounded to float32, times 2**margin (``m2``), clamped to [smin, smax]
+    (one expression for :func:`_scale_one` and the vectorized tile loop of :func:`_round_row`)."""
+    s = np.float64(np.float32(_fdiv(np.float64(a), np.float64(fmax)))) * m2
+    return min(max(s, smin), smax)
+
+
+@njit(inline="always")
 def _scale_one(amax, glob, sp):
     """Dequantization scale of a block from its amax (NaN amax gives a NaN scale)."""
     kind, rnd, fmax, emax_e, mbits_e, margin, smin, smax, emin_s, emax_s = sp
@@ -512,8 +520,7 @@ def _scale_one(amax, glob, sp):
         return np.nan
     a = amax if glob == 1.0 else amax / glob  # (a division's latency, per tile, when it is not needed)
     if kind == 0:  # fp32
-        s = np.float64(np.float32(a / fmax)) * _pow2(margin)
-        return min(max(s, smin), smax)
+        return _scale_fp32(a, fmax, _pow2(margin), smin, smax)
     if kind == 1 or kind == 4:  # bf16 / e4m3: the unrounded ratio; rounded to the format afterwards
         return a / fmax * _pow2(margin)
     # power of two (pow2 / e8m0)
@@ -601,6 +608,49 @@ def _fma32(typingctx, a, b, c):
         return builder.call(fn, args)
 
     return sig, codegen
+
+
+@intrinsic
+def _fdiv(typingctx, a, b):
+    """``a / b`` for two floats of one type, IEEE (a zero divisor gives inf or NaN) without numba's
+    ZeroDivisionError check: a loop whose divisor varies then vectorizes."""
+    if a != b or not isinstance(a, nb_types.Float):
+        return None
+    sig = a(a, b)
+
+    def codegen(context, builder, signature, args):
+        return builder.fdiv(args[0], args[1])
+
+    return sig, codegen
+
+
+def _make_prefetch(rw):
+    """An intrinsic ``f(arr, i)`` that prefetches the cache line of ``arr``'s element ``i`` into L1, for
+    reading (rw=0) or writing (rw=1).  A prefetch never faults, so ``i`` may lie past the array's end."""
+
+    @intrinsic
+    def _pf(typingctx, arr, idx):
+        sig = nb_types.void(arr, idx)
+
+        def codegen(context, builder, signature, args):
+            ary = context.make_array(signature.args[0])(context, builder, args[0])
+            ptr = builder.gep(ary.data, [args[1]])
+            i8p = llvm_ir.IntType(8).as_pointer()
+            p8 = builder.bitcast(ptr, i8p)
+            i32 = llvm_ir.IntType(32)
+            fn = builder.module.declare_intrinsic(
+                "llvm.prefetch", [i8p], llvm_ir.FunctionType(llvm_ir.VoidType(), [i8p, i32, i32, i32])
+            )
+            builder.call(fn, [p8, i32(rw), i32(3), i32(1)])
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return _pf
+
+
+_prefetch_r = _make_prefetch(0)
+_prefetch_w = _make_prefetch(1)
 
 
 @intrinsic
@@ -861,8 +911,8 @@ def _round_row(
 
     With ``measure``, the scales are not given but computed here: each tile's amax (from ``xirow``, the
     row's bit patterns) goes to ``arow`` and its scale (policy ``sp``) to ``srow``.  The row is worked
-    through in chunks of about 1024 elements, each measured and then rounded while it is in L1, so that
-    the memory traffic (the hardware prefetcher streaming the row) overlaps the arithmetic.
+    through in chunks of about 1024 elements, each measured and then rounded while it is in L1; for
+    float32 tiles with fp32 or MX scales the measuring is vectorized across the chunk's tiles.
 
     A serial function that the parallel kernels call once per row (compiled once).  The tile loop's body
     is written out here rather than in an inlined helper: passing the row arrays to one costs reference
@@ -893,10 +943,8 @@ def _round_row(
     """
     N = xrow.size
     nt = srow.size
-    # tiles per chunk: a measured tile of 128 or more elements is a chunk of its own (measured and rounded
-    # while it is in L1, the hardware prefetcher streaming the row meanwhile); shorter tiles, and given
-    # scales, go in chunks of about 1024 elements, so that the per-chunk set-up is spread
-    tpc = 1 if measure and bn >= 128 else max(1, 1024 // bn)
+    # tiles per chunk: about 1024 elements (4 KB of float32), measured and then rounded while in L1
+    tpc = max(1, 1024 // bn)
     nan_code = p[10]  # the rest of p goes to the general path
     e0_bits = fp[0]
     sub_lim = np.int32(e0_bits + np.int32(0x7FFFFFFF))  # see the multiply path
@@ -904,34 +952,82 @@ def _round_row(
     dv = np.empty(tpc, dtype=np.float32)  # the float32 scale
     iv = np.empty(tpc, dtype=np.float32)  # its reciprocal
     ie = np.empty(tpc * bn, dtype=np.float32)  # the reciprocal of each element's power-of-two scale
-    # OCP MX's scale (E8M0 or power of two, FLOOR) of a float32 tile whose amax is a finite normal:
-    # 2**(floor(log2 amax) - emax_elem + margin), the amax's exponent field shifted; with its
-    # reciprocal, integer arithmetic on the amax's bit pattern (the per-tile work is most of a
-    # 32-element tile's cost otherwise)
-    mx_fast = measure and use_fast and xirow.itemsize == 4 and glob == 1.0 and (sp[0] == _POW2 or sp[0] == _E8M0)
-    mx_fast = mx_fast and sp[1] == _FLOOR
-    mx_off = np.int64(127) + sp[3] - sp[5]  # biased exponent minus this is the scale's exponent
+    tops = np.empty(tpc, dtype=np.int32)  # each tile's largest magnitude bit pattern
+    # Measuring float32 tiles for fp32 scales (vkind 1) or OCP MX scales (E8M0 or power of two, FLOOR;
+    # vkind 2) is vectorized across the chunk's tiles: one loop takes every tile's largest magnitude
+    # pattern, the next computes all their scales, reciprocals and paths at once (the per-tile scalar
+    # work, and its latency chain amax -> scale -> reciprocal, cost as much as a 128-element tile's
+    # rounding otherwise).  A chunk with an inf or NaN, or (MX) an amax outside the normal range or a
+    # scale the format clamps, takes the per-tile path below instead.
+    vkind = 0
+    if measure and use_fast and xirow.itemsize == 4 and glob == 1.0:
+        if sp[0] == _FP32:
+            vkind = 1
+        elif (sp[0] == _POW2 or sp[0] == _E8M0) and sp[1] == _FLOOR:
+            vkind = 2
+    fmax, m2, smin, smax = sp[2], _pow2(sp[5]), sp[6], sp[7]
+    fma_min = fp[8]
+    # MX: the scale 2**(floor(log2 amax) - emax_elem + margin) is the amax's exponent field shifted;
+    # it is used as it is where it lies in [2**-126, 2**125] and in the scale format's range
+    mx_off = np.int32(127 + sp[3] - sp[5])  # biased exponent minus this is the scale's exponent
+    mx_lo = np.int32(max(-126, sp[8]))
+    mx_hi = np.int32(min(125, sp[9]))
     for c0 in range(0, nt, tpc):
         c1 = min(c0 + tpc, nt)
-        # Phase 1: each tile's amax and scale (with ``measure``), path and float32 constants: scalar work
-        # that is independent from tile to tile, so it overlaps.
-        for jb in range(c0, c1):
-            t = jb - c0
-            if mx_fast:
-                top = _top32(xirow, jb * bn, min(jb * bn + bn, N))
-                e = np.int64(top >> 23) - mx_off
-                if np.int32(0x00800000) <= top < np.int32(0x7F800000) and -126 <= e <= 125:
-                    if sp[8] <= e <= sp[9]:  # inside the scale format's range (else clamped: below)
-                        arow[jb] = np.int32(top).view(np.float32)
-                        sbits = np.int32((e + 127) << 23)
-                        srow[jb] = np.int32(sbits).view(np.float32)
-                        dv[t] = np.int32(sbits).view(np.float32)
-                        iv[t] = np.int32(np.int32(0x7F000000) - sbits).view(np.float32)
-                        path[t] = _P_POW2
+        n = c1 - c0
+        # Phase 1: each tile's amax and scale (with ``measure``), path and float32 constants.
+        if measure and bn >= 128:
+            # the chunk two ahead (8 KB of float32 ahead, into the next row at a row's end) is prefetched:
+            # the hardware prefetcher alone leaves a measured 1x128 row waiting on memory (18 % of the
+            # time with one thread, 2-14 % with two; for shorter tiles and for the rows of a band, read
+            # from cache, it did not help: benchmarks/RESULTS.md)
+            pb = c0 * bn + 2048
+            for k in range(0, tpc * bn, 16):
+                _prefetch_r(xrow, np.int64(pb + k))
+            for k in range(0, tpc * bn, 64):
+                _prefetch_w(crow, np.int64(pb + k))
+        fast1 = False
+        if vkind != 0:
+            for t in range(n):
+                lo = (c0 + t) * bn
+                tops[t] = _top32(xirow, lo, min(lo + bn, N))
+            bad = np.int32(0)  # min of int32 flags: 32-bit lanes
+            if vkind == 1:
+                for t in range(np.uint64(n)):  # vectorizes (no branch: selects)
+                    top = tops[t]
+                    s32 = np.float32(_scale_fp32(np.int32(top).view(np.float32), fmax, m2, smin, smax))
+                    sb = np.float32(s32).view(np.int32)
+                    arow[np.uint64(c0) + t] = np.int32(top).view(np.float32)
+                    srow[np.uint64(c0) + t] = s32
+                    dv[t] = s32
+                    iv[t] = _fdiv(np.float32(1.0), s32)  # exact for a power of two
+                    # s32 is a finite normal (clamped): a power of two, else the multiply path where the
+                    # float32 residual is exact (_fast_params) and s32 < 2**125, else division
+                    pth = np.int32(_P_MUL) if sb < np.int32(0x7E000000) else np.int32(_P_DIV)
+                    pth = pth if sb >= fma_min else np.int32(_P_DIV64)
+                    path[t] = np.int32(_P_POW2) if np.int32(sb & np.int32(0x7FFFFF)) == np.int32(0) else pth
+                    bad = min(bad, np.int32(-1) if top >= np.int32(0x7F800000) else np.int32(0))
+            else:
+                for t in range(np.uint64(n)):  # vectorizes
+                    top = tops[t]
+                    e = np.int32(_lshr32(top, np.int32(23)) - mx_off)
+                    sbits = np.int32(np.int32(e + np.int32(127)) << np.int32(23))
+                    arow[np.uint64(c0) + t] = np.int32(top).view(np.float32)
+                    srow[np.uint64(c0) + t] = np.int32(sbits).view(np.float32)
+                    dv[t] = np.int32(sbits).view(np.float32)
+                    iv[t] = np.int32(np.int32(0x7F000000) - sbits).view(np.float32)
+                    path[t] = np.int32(_P_POW2)
+                    ok = (top >= np.int32(0x00800000)) & (top < np.int32(0x7F800000)) & (e >= mx_lo) & (e <= mx_hi)
+                    bad = min(bad, np.int32(0) if ok else np.int32(-1))
+            if bad == np.int32(0):
+                fast1 = True
+                for t in range(n):
+                    if path[t] == _P_POW2:
                         inv = iv[t]
                         for j in range(np.uint64(t * bn), np.uint64(min(t * bn + bn, N - c0 * bn))):
-                            ie[j] = inv
-                        continue
+                            ie[j] = inv  # each element's reciprocal: the run's loop has no per-tile set-up
+        for jb in range(c0, c1 if not fast1 else c0):  # per tile, scalar
+            t = jb - c0
             if measure:
                 a = _amax_seg(xirow, jb * bn, min(jb * bn + bn, N), ignore_nan)
                 arow[jb] = a
@@ -953,7 +1049,7 @@ def _round_row(
                     inv = iv[t]
                     for j in range(np.uint64(t * bn), np.uint64(min(t * bn + bn, N - c0 * bn))):
                         ie[j] = inv  # each element's reciprocal: the run's loop has no per-tile set-up
-                elif np.float32(d32).view(np.int32) >= fp[8]:  # the float32 residual is exact (_fast_params)
+                elif np.float32(d32).view(np.int32) >= fma_min:  # the float32 residual is exact (_fast_params)
                     path[t] = _P_MUL if d32 < np.float32(4.2535295865117308e37) else _P_DIV  # 2**125
                 else:
                     path[t] = _P_DIV64
@@ -1086,7 +1182,8 @@ def _apply(x3, xi3, scales3, bm, bn, glob, mode, p, key, tab, use_tab, fp, use_f
 def _fused(x3, xi3, bm, bn, mode, p, key, sp, glob, ignore_nan, tab, use_tab, fp, use_fast, codes3, scales3, amax3):
     """Per band of bm rows: the blocks' amaxes, their scales, then the rounding.  A single row (1xN
     tiles, groups and MX) is measured and rounded chunk by chunk in one pass (:func:`_round_row`); a
-    band of several rows is read for its amaxes first, then again, from cache, for the rounding.
+    band of several rows is read for its amaxes first (for float32, a column-wise max of the magnitude
+    bit patterns, then one reduction per block), then again, from cache, for the rounding.
     Parallel over bands.  The scale kinds it serves (fp32, pow2, e8m0) are float32 values, so the
     rounding may take them back from ``scales3``."""
     B, M, N = x3.shape
@@ -1100,12 +1197,34 @@ def _fused(x3, xi3, bm, bn, mode, p, key, sp, glob, ignore_nan, tab, use_tab, fp
         i0 = ib * bm
         i1 = min(i0 + bm, M)
         if bm > 1:
-            am = np.zeros(nbn, dtype=np.float64)
-            for i in range(i0, i1):
-                _band_amax_row(xi3[b, i], bn, ignore_nan, am)
-            for jb in range(nbn):
-                amax3[b, ib, jb] = am[jb]
-                scales3[b, ib, jb] = _scale_one(am[jb], glob, sp)
+            if xi3.itemsize == 4:
+                # float32: the column-wise max of the band's magnitude bit patterns (one vectorized max per
+                # element, streaming), then one reduction per block; a block whose max is inf's pattern
+                # or above (an inf or NaN in it) is measured again, row by row
+                acc = np.zeros(N, dtype=np.int32)
+                for i in range(i0, i1):
+                    xr = xi3[b, i]
+                    for j in range(np.uint64(N)):
+                        acc[j] = max(acc[j], np.int32(xr[j] & np.int32(0x7FFFFFFF)))
+                for jb in range(nbn):
+                    top = _top32(acc, jb * bn, min(jb * bn + bn, N))
+                    if top < np.int32(0x7F800000):
+                        a = np.float64(np.int32(top).view(np.float32))
+                    else:
+                        a = 0.0
+                        for i in range(i0, i1):
+                            ai = _amax_seg(xi3[b, i], jb * bn, min(jb * bn + bn, N), ignore_nan)
+                            if a == a and (ai != ai or ai > a):
+                                a = ai
+                    amax3[b, ib, jb] = a
+                    scales3[b, ib, jb] = _scale_one(a, glob, sp)
+            else:
+                am = np.zeros(nbn, dtype=np.float64)
+                for i in range(i0, i1):
+                    _band_amax_row(xi3[b, i], bn, ignore_nan, am)
+                for jb in range(nbn):
+                    amax3[b, ib, jb] = am[jb]
+                    scales3[b, ib, jb] = _scale_one(am[jb], glob, sp)
         for i in range(i0, i1):
             _round_row(
                 x3[b, i],

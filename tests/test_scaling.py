@@ -505,6 +505,33 @@ def test_float32_mx_scales_from_the_amax_bits_equal_general_path(g, sf, sr):
             assert np.array_equal(a.codes, b.codes), (fmt, margin, sf)
 
 
+@pytest.mark.parametrize("g, sf", [("1x128", None), ("1x32", None), ("128x128", None), ("32x32", "pow2")])
+def test_float32_vectorized_block_scales_equal_general_path(g, sf):
+    """float32 tiles measured for fp32 scales get amax, scale, reciprocal and path in loops vectorized
+    across a chunk's tiles, and 128x128-style bands take their amax from a column-wise max of bit
+    patterns; a chunk or block with an inf or NaN takes the per-tile path.  Margins move scales to the
+    clamps (2**-126 and the float32 max).  All must equal the float64 path, which shares none of it.
+    (512 rows: 128x128 has four bands, the least that takes the fused kernel.)"""
+    rng = np.random.default_rng(11)
+    x = (rng.standard_normal((512, 1024)) * np.exp(rng.normal(0.0, 30.0, (512, 1)))).astype(np.float32)
+    x[0, :256] = 0.0
+    x[1, :32] = 1e-40  # subnormal amax
+    x[2, :40] = 3e38  # the largest scales
+    x[3, :40] = 448.0 * 2.0**-20  # power-of-two fp32 scales
+    x[4, 5] = np.inf
+    x[5, 7] = -np.inf
+    x[140, 300] = np.nan
+    for margin in (-130, -3, 0, 2, 140):
+        for fmt in ("e4m3", "e5m2"):
+            a = quantize(x, fmt, g, scale_format=sf, margin=margin)
+            b = quantize(x.astype(np.float64), fmt, g, scale_format=sf, margin=margin)
+            assert np.array_equal(a.scales, b.scales, equal_nan=True), (fmt, margin)
+            assert np.array_equal(a.amax, b.amax, equal_nan=True), (fmt, margin)
+            assert np.array_equal(a.codes, b.codes), (fmt, margin)
+    q = quantize(x, "e4m3", g, scale_format=sf)
+    assert np.isnan(q.scales).sum() == 1  # the NaN's block only
+
+
 @pytest.mark.parametrize("g", ["1x128", "128x128", "mx32", "g32"])
 def test_float32_fused_kernels_with_ignore_nan_keep_nan_elements(g):
     """ignore_nan=True lets a NaN element meet a finite scale in the fast loops (the default makes its
