@@ -880,6 +880,15 @@ def _mul_tile(xrow, crow, lo, hi, inv, fp, sub_lim, nan):
 # _round_row's paths for a tile
 _P_POW2, _P_MUL, _P_DIV, _P_DIV64, _P_NAN, _P_OTHER = 0, 1, 2, 3, 4, 5
 
+# Measured rows (1xN tiles, MX) prefetch the input and code lines _PREFETCH elements (8 KB of float32,
+# two chunks) ahead of the tile being rounded, a tile's worth at a time, spread over the row (into the
+# next row at a row's end; a prefetch never faults): on the 2-core benchmark machine the hardware
+# prefetcher alone left these rows waiting on memory for a fifth to a quarter of the time (1x128) and
+# the prefetch took that away.  Where in the loop it goes was measured: prefetching a whole chunk at
+# once gained less, the rows of NxN bands (read from cache) and 4096 or more ahead gained nothing or
+# lost (benchmarks/RESULTS.md).
+_PREFETCH = 2048
+
 
 @njit(cache=True)
 def _round_row(
@@ -958,13 +967,16 @@ def _round_row(
     # pattern, the next computes all their scales, reciprocals and paths at once (the per-tile scalar
     # work, and its latency chain amax -> scale -> reciprocal, cost as much as a 128-element tile's
     # rounding otherwise).  A chunk with an inf or NaN, or (MX) an amax outside the normal range or a
-    # scale the format clamps, takes the per-tile path below instead.
+    # scale the format clamps, takes the per-tile path below instead.  Given float32 scales (vkind 3)
+    # are classified in one vectorized loop too.
     vkind = 0
     if measure and use_fast and xirow.itemsize == 4 and glob == 1.0:
         if sp[0] == _FP32:
             vkind = 1
         elif (sp[0] == _POW2 or sp[0] == _E8M0) and sp[1] == _FLOOR:
             vkind = 2
+    elif not measure and use_fast and glob == 1.0:
+        vkind = 3
     fmax, m2, smin, smax = sp[2], _pow2(sp[5]), sp[6], sp[7]
     fma_min = fp[8]
     # MX: the scale 2**(floor(log2 amax) - emax_elem + margin) is the amax's exponent field shifted;
@@ -976,21 +988,18 @@ def _round_row(
         c1 = min(c0 + tpc, nt)
         n = c1 - c0
         # Phase 1: each tile's amax and scale (with ``measure``), path and float32 constants.
-        if measure and bn >= 128:
-            # the chunk two ahead (8 KB of float32 ahead, into the next row at a row's end) is prefetched:
-            # the hardware prefetcher alone leaves a measured 1x128 row waiting on memory (18 % of the
-            # time with one thread, 2-14 % with two; for shorter tiles and for the rows of a band, read
-            # from cache, it did not help: benchmarks/RESULTS.md)
-            pb = c0 * bn + 2048
-            for k in range(0, tpc * bn, 16):
-                _prefetch_r(xrow, np.int64(pb + k))
-            for k in range(0, tpc * bn, 64):
-                _prefetch_w(crow, np.int64(pb + k))
         fast1 = False
-        if vkind != 0:
+        if vkind == 1 or vkind == 2:
             for t in range(n):
                 lo = (c0 + t) * bn
-                tops[t] = _top32(xirow, lo, min(lo + bn, N))
+                hi = min(lo + bn, N)
+                tops[t] = _top32(xirow, lo, hi)
+                if vkind == 2:  # (see _PREFETCH)
+                    for k in range(lo + _PREFETCH, hi + _PREFETCH, 16):
+                        _prefetch_r(xrow, np.int64(k))
+                    for k in range(lo + _PREFETCH, hi + _PREFETCH, 64):
+                        _prefetch_w(crow, np.int64(k))
+        if vkind != 0:
             bad = np.int32(0)  # min of int32 flags: 32-bit lanes
             if vkind == 1:
                 for t in range(np.uint64(n)):  # vectorizes (no branch: selects)
@@ -1007,6 +1016,18 @@ def _round_row(
                     pth = pth if sb >= fma_min else np.int32(_P_DIV64)
                     path[t] = np.int32(_P_POW2) if np.int32(sb & np.int32(0x7FFFFF)) == np.int32(0) else pth
                     bad = min(bad, np.int32(-1) if top >= np.int32(0x7F800000) else np.int32(0))
+            elif vkind == 3:
+                for t in range(np.uint64(n)):  # vectorizes
+                    s32 = np.float32(srow[np.uint64(c0) + t])
+                    sb = np.float32(s32).view(np.int32)
+                    dv[t] = s32
+                    iv[t] = _fdiv(np.float32(1.0), s32)
+                    pth = np.int32(_P_MUL) if sb < np.int32(0x7E000000) else np.int32(_P_DIV)
+                    pth = pth if sb >= fma_min else np.int32(_P_DIV64)
+                    pth = np.int32(_P_POW2) if np.int32(sb & np.int32(0x7FFFFF)) == np.int32(0) else pth
+                    normal = (sb >= np.int32(0x00800000)) & (sb < np.int32(0x7F800000))
+                    pth = pth if normal else np.int32(_P_OTHER)
+                    path[t] = np.int32(_P_NAN) if s32 != s32 else pth
             else:
                 for t in range(np.uint64(n)):  # vectorizes
                     top = tops[t]
@@ -1077,6 +1098,11 @@ def _round_row(
                 while True:
                     lo = jb * bn
                     hi = min(lo + bn, N)
+                    if measure and bn >= 128:  # (see _PREFETCH)
+                        for k in range(lo + _PREFETCH, hi + _PREFETCH, 16):
+                            _prefetch_r(xrow, np.int64(k))
+                        for k in range(lo + _PREFETCH, hi + _PREFETCH, 64):
+                            _prefetch_w(crow, np.int64(k))
                     if nan_free:
                         hard = _mul_tile(xrow, crow, lo, hi, iv[jb - c0], fp, sub_lim, False)
                     else:

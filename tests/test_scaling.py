@@ -511,7 +511,7 @@ def test_float32_vectorized_block_scales_equal_general_path(g, sf):
     across a chunk's tiles, and 128x128-style bands take their amax from a column-wise max of bit
     patterns; a chunk or block with an inf or NaN takes the per-tile path.  Margins move scales to the
     clamps (2**-126 and the float32 max).  All must equal the float64 path, which shares none of it.
-    (512 rows: 128x128 has four bands, the least that takes the fused kernel.)"""
+    (512 rows: 128x128 has four bands, the least that takes the fused kernel.)  So must given scales."""
     rng = np.random.default_rng(11)
     x = (rng.standard_normal((512, 1024)) * np.exp(rng.normal(0.0, 30.0, (512, 1)))).astype(np.float32)
     x[0, :256] = 0.0
@@ -530,6 +530,19 @@ def test_float32_vectorized_block_scales_equal_general_path(g, sf):
             assert np.array_equal(a.codes, b.codes), (fmt, margin)
     q = quantize(x, "e4m3", g, scale_format=sf)
     assert np.isnan(q.scales).sum() == 1  # the NaN's block only
+    # given scales (amax passed in) take a vectorized classification: NaN, zero, subnormal, huge and
+    # power-of-two amaxes
+    amax = q.amax.astype(np.float64)
+    amax.flat[1::7] = 0.0
+    amax.flat[2::7] = 1e-41
+    amax.flat[3::7] = 3e38
+    amax.flat[4::7] = 448.0 * 2.0**-20
+    amax.flat[5::11] = np.nan
+    for fmt in ("e4m3", "e5m2"):
+        a = quantize(x, fmt, g, scale_format=sf, amax=amax)
+        b = quantize(x.astype(np.float64), fmt, g, scale_format=sf, amax=amax)
+        assert np.array_equal(a.scales, b.scales, equal_nan=True), fmt
+        assert np.array_equal(a.codes, b.codes), fmt
 
 
 @pytest.mark.parametrize("g", ["1x128", "128x128", "mx32", "g32"])
