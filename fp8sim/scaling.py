@@ -92,6 +92,7 @@ from dataclasses import dataclass, field
 import ml_dtypes
 import numpy as np
 from llvmlite import ir as llvm_ir
+import numba
 from numba import njit, prange
 from numba.core import types as nb_types
 from numba.extending import intrinsic
@@ -911,9 +912,13 @@ def _round_row(
     sp,
     ignore_nan,
     nan_free,
+    pfd,
 ):
     """Codes of one row: tile ``jb`` (elements ``lo = jb*bn`` to ``hi = (jb+1)*bn``, the last one ragged)
     divided by ``d = srow[jb] * glob``, each the single rounding of the exact quotient.
+
+    ``pfd`` > 0: the multiply loop prefetches the input ``pfd`` elements ahead of each tile (the rows of
+    the next band, for :func:`_fused_bands32`).
 
     ``nan_free``: no element reaches the fast loops as NaN (the caller measured every block's amax with
     NaN propagating, so a block with a NaN has a NaN scale and is filled), which drops their NaN test.
@@ -1103,6 +1108,9 @@ def _round_row(
                             _prefetch_r(xrow, np.int64(k))
                         for k in range(lo + _PREFETCH, hi + _PREFETCH, 64):
                             _prefetch_w(crow, np.int64(k))
+                    elif pfd > 0:
+                        for k in range(lo + pfd, hi + pfd, 16):
+                            _prefetch_r(xrow, np.int64(k))
                     if nan_free:
                         hard = _mul_tile(xrow, crow, lo, hi, iv[jb - c0], fp, sub_lim, False)
                     else:
@@ -1201,6 +1209,7 @@ def _apply(x3, xi3, scales3, bm, bn, glob, mode, p, key, tab, use_tab, fp, use_f
             sp,
             False,
             False,  # given scales: a NaN element may meet a finite scale
+            0,
         )
 
 
@@ -1208,9 +1217,8 @@ def _apply(x3, xi3, scales3, bm, bn, glob, mode, p, key, tab, use_tab, fp, use_f
 def _fused(x3, xi3, bm, bn, mode, p, key, sp, glob, ignore_nan, tab, use_tab, fp, use_fast, codes3, scales3, amax3):
     """Per band of bm rows: the blocks' amaxes, their scales, then the rounding.  A single row (1xN
     tiles, groups and MX) is measured and rounded chunk by chunk in one pass (:func:`_round_row`); a
-    band of several rows is read for its amaxes first (for float32, a column-wise max of the magnitude
-    bit patterns, then one reduction per block), then again, from cache, for the rounding.
-    Parallel over bands.  The scale kinds it serves (fp32, pow2, e8m0) are float32 values, so the
+    band of several rows (float64 input: float32 bands go to :func:`_fused_bands32`) is read for its
+    amaxes first, then again, from cache, for the rounding.  Parallel over bands.  The scale kinds it serves (fp32, pow2, e8m0) are float32 values, so the
     rounding may take them back from ``scales3``."""
     B, M, N = x3.shape
     nbm = (M + bm - 1) // bm
@@ -1222,35 +1230,13 @@ def _fused(x3, xi3, bm, bn, mode, p, key, sp, glob, ignore_nan, tab, use_tab, fp
         ib = t - b * nbm
         i0 = ib * bm
         i1 = min(i0 + bm, M)
-        if bm > 1:
-            if xi3.itemsize == 4:
-                # float32: the column-wise max of the band's magnitude bit patterns (one vectorized max per
-                # element, streaming), then one reduction per block; a block whose max is inf's pattern
-                # or above (an inf or NaN in it) is measured again, row by row
-                acc = np.zeros(N, dtype=np.int32)
-                for i in range(i0, i1):
-                    xr = xi3[b, i]
-                    for j in range(np.uint64(N)):
-                        acc[j] = max(acc[j], np.int32(xr[j] & np.int32(0x7FFFFFFF)))
-                for jb in range(nbn):
-                    top = _top32(acc, jb * bn, min(jb * bn + bn, N))
-                    if top < np.int32(0x7F800000):
-                        a = np.float64(np.int32(top).view(np.float32))
-                    else:
-                        a = 0.0
-                        for i in range(i0, i1):
-                            ai = _amax_seg(xi3[b, i], jb * bn, min(jb * bn + bn, N), ignore_nan)
-                            if a == a and (ai != ai or ai > a):
-                                a = ai
-                    amax3[b, ib, jb] = a
-                    scales3[b, ib, jb] = _scale_one(a, glob, sp)
-            else:
-                am = np.zeros(nbn, dtype=np.float64)
-                for i in range(i0, i1):
-                    _band_amax_row(xi3[b, i], bn, ignore_nan, am)
-                for jb in range(nbn):
-                    amax3[b, ib, jb] = am[jb]
-                    scales3[b, ib, jb] = _scale_one(am[jb], glob, sp)
+        if bm > 1:  # (float32 bands go to _fused_bands32)
+            am = np.zeros(nbn, dtype=np.float64)
+            for i in range(i0, i1):
+                _band_amax_row(xi3[b, i], bn, ignore_nan, am)
+            for jb in range(nbn):
+                amax3[b, ib, jb] = am[jb]
+                scales3[b, ib, jb] = _scale_one(am[jb], glob, sp)
         for i in range(i0, i1):
             _round_row(
                 x3[b, i],
@@ -1272,7 +1258,98 @@ def _fused(x3, xi3, bm, bn, mode, p, key, sp, glob, ignore_nan, tab, use_tab, fp
                 sp,
                 ignore_nan,
                 not ignore_nan,  # NaN made its block's scale NaN
+                0,
             )
+
+
+@njit(inline="always")
+def _colmax(xr, acc):
+    """acc[j] = max(acc[j], |xr[j]|) on float32 bit patterns (int32 lanes; NaN's patterns lie above inf's)."""
+    for j in range(np.uint64(acc.size)):
+        acc[j] = max(acc[j], np.int32(xr[j] & np.int32(0x7FFFFFFF)))
+
+
+@njit(parallel=True, cache=True)
+def _fused_bands32(
+    x3, xi3, bm, bn, mode, p, key, sp, glob, ignore_nan, tab, use_tab, fp, use_fast, codes3, scales3, amax3, nch
+):
+    """As :func:`_fused` for bands of bm > 1 rows of float32, software-pipelined: the ``B*nbm`` bands are
+    split into ``nch`` runs of consecutive bands, one per thread.  A band's amaxes come from the
+    column-wise max of its rows' magnitude bit patterns and one reduction per block (a block whose max
+    is inf's pattern or above, an inf or NaN in it, is measured again row by row).  Each row of a band
+    is rounded (from cache) and then the same row of the next band is folded into that band's max,
+    while the rounding loop prefetches that row (``pfd``): the next band's stream from memory overlaps
+    this band's arithmetic, where a separate amax pass left them one after the other."""
+    B, M, N = x3.shape
+    nbm = (M + bm - 1) // bm
+    nbn = (N + bn - 1) // bn
+    nb = B * nbm
+    x3, xi3, codes3, tab = _borrow(x3), _borrow(xi3), _borrow(codes3), _borrow(tab)
+    scales3, amax3 = _borrow(scales3), _borrow(amax3)
+    nch = max(1, min(nb, nch))
+    for c in prange(nch):
+        t0 = c * nb // nch
+        t1 = (c + 1) * nb // nch
+        acc = np.zeros(N, dtype=np.int32)  # the column-wise max of this band ...
+        nxt = np.zeros(N, dtype=np.int32)  # ... and of the next one
+        b = t0 // nbm
+        ib = t0 - b * nbm
+        for i in range(ib * bm, min(ib * bm + bm, M)):
+            _colmax(xi3[b, i], acc)
+        for t in range(t0, t1):
+            b = t // nbm
+            ib = t - b * nbm
+            i0 = ib * bm
+            i1 = min(i0 + bm, M)
+            for jb in range(nbn):
+                top = _top32(acc, jb * bn, min(jb * bn + bn, N))
+                if top < np.int32(0x7F800000):
+                    a = np.float64(np.int32(top).view(np.float32))
+                else:
+                    a = 0.0
+                    for i in range(i0, i1):
+                        ai = _amax_seg(xi3[b, i], jb * bn, min(jb * bn + bn, N), ignore_nan)
+                        if a == a and (ai != ai or ai > a):
+                            a = ai
+                amax3[b, ib, jb] = a
+                scales3[b, ib, jb] = _scale_one(a, glob, sp)
+            has_next = t + 1 < t1
+            bq = (t + 1) // nbm  # the next band: batch bq, rows j0 to j1 (consecutive in memory)
+            j0 = ((t + 1) - bq * nbm) * bm
+            j1 = min(j0 + bm, M)
+            pfd = ((bq * M + j0) - (b * M + i0)) * N if has_next else 0
+            if has_next:
+                for j in range(N):
+                    nxt[j] = 0
+            for i in range(i0, i1):
+                _round_row(
+                    x3[b, i],
+                    codes3[b, i],
+                    bn,
+                    scales3[b, ib],
+                    glob,
+                    mode,
+                    p,
+                    key,
+                    (b * M + i) * N,
+                    tab,
+                    use_tab,
+                    fp,
+                    use_fast,
+                    False,
+                    xi3[b, i],
+                    amax3[b, ib],
+                    sp,
+                    ignore_nan,
+                    not ignore_nan,  # NaN made its block's scale NaN
+                    pfd,
+                )
+                if has_next and j0 + (i - i0) < j1:
+                    _colmax(xi3[bq, j0 + (i - i0)], nxt)
+            if has_next:
+                for j in range(j0 + (i1 - i0), j1):  # the next band has more rows (this one is ragged)
+                    _colmax(xi3[bq, j], nxt)
+                acc, nxt = nxt, acc
 
 
 _NO_TABLE = np.zeros((2, 1), dtype=np.uint8)
@@ -1633,25 +1710,11 @@ def quantize(
     elif amax is None and bn > 1 and B * nbm >= 4 and sf not in ("bf16", "e4m3") and not isinstance(g, NVFP4):
         scales3 = np.empty((B, nbm, nbn), dtype=np.float32)  # float32 values, as in the row case
         amax3 = np.empty((B, nbm, nbn), dtype=np.float32)
-        _fused(
-            x3,
-            _bits(x3),
-            bm,
-            bn,
-            mode_arg,
-            p,
-            key,
-            sp,
-            glob,
-            bool(ignore_nan),
-            tab,
-            use_tab,
-            fp,
-            use_fast,
-            codes,
-            scales3,
-            amax3,
-        )
+        args = (x3, _bits(x3), bm, bn, mode_arg, p, key, sp, glob, bool(ignore_nan), tab, use_tab, fp, use_fast)
+        if bm > 1 and xc.dtype == np.float32:
+            _fused_bands32(*args, codes, scales3, amax3, numba.get_num_threads())
+        else:
+            _fused(*args, codes, scales3, amax3)
     else:
         if amax is None:
             amax3 = _block_amax(x3, bm, bn, bool(ignore_nan))

@@ -545,6 +545,32 @@ def test_float32_vectorized_block_scales_equal_general_path(g, sf):
         assert np.array_equal(a.codes, b.codes), fmt
 
 
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_float32_pipelined_bands_equal_general_path(threads):
+    """float32 bands are split into one run of consecutive bands per thread, and each band's amax is
+    folded in while the previous band is rounded; runs crossing batch boundaries, ragged last bands
+    (fewer rows than the band after them) and a NaN or inf in the first rows of a run must give the
+    float64 path's scales, amaxes and codes."""
+    import numba
+
+    rng = np.random.default_rng(13)
+    x = (rng.standard_normal((3, 100, 70)) * np.exp(rng.normal(0.0, 6.0, (3, 100, 1)))).astype(np.float32)
+    x[1, 0, 3] = np.nan
+    x[2, 32, 5] = np.inf
+    before = numba.get_num_threads()
+    try:
+        numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+        for g, sf in (("32x32", None), ("16x16", "pow2"), ("64x64", "e8m0")):
+            for fmt in ("e4m3", "e5m2"):
+                a = quantize(x, fmt, g, scale_format=sf)
+                b = quantize(x.astype(np.float64), fmt, g, scale_format=sf)
+                assert np.array_equal(a.scales, b.scales, equal_nan=True), (g, fmt)
+                assert np.array_equal(a.amax, b.amax, equal_nan=True), (g, fmt)
+                assert np.array_equal(a.codes, b.codes), (g, fmt)
+    finally:
+        numba.set_num_threads(before)
+
+
 @pytest.mark.parametrize("g", ["1x128", "128x128", "mx32", "g32"])
 def test_float32_fused_kernels_with_ignore_nan_keep_nan_elements(g):
     """ignore_nan=True lets a NaN element meet a finite scale in the fast loops (the default makes its
