@@ -90,9 +90,9 @@ import re
 from dataclasses import dataclass, field
 
 import ml_dtypes
+import numba
 import numpy as np
 from llvmlite import ir as llvm_ir
-import numba
 from numba import njit, prange
 from numba.core import types as nb_types
 from numba.extending import intrinsic
