@@ -881,6 +881,17 @@ def _mul_tile(xrow, crow, lo, hi, inv, fp, sub_lim, nan):
 # _round_row's paths for a tile
 _P_POW2, _P_MUL, _P_DIV, _P_DIV64, _P_NAN, _P_OTHER = 0, 1, 2, 3, 4, 5
 
+
+@njit(inline="always")
+def _normal_scale_path(sb, fma_min):
+    """The path of a tile whose float32 scale is a finite normal with bit pattern ``sb``: a power of two;
+    else the multiply path where the float32 residual is exact (``sb >= fma_min``, :func:`_fast_params`)
+    and the scale is below 2**125; else division (selects only: it vectorizes)."""
+    pth = np.int32(_P_MUL) if sb < np.int32(0x7E000000) else np.int32(_P_DIV)
+    pth = pth if sb >= fma_min else np.int32(_P_DIV64)
+    return np.int32(_P_POW2) if np.int32(sb & np.int32(0x7FFFFF)) == np.int32(0) else pth
+
+
 # Measured rows (1xN tiles, MX) prefetch the input and code lines _PREFETCH elements (8 KB of float32,
 # two chunks) ahead of the tile being rounded, a tile's worth at a time, spread over the row (into the
 # next row at a row's end; a prefetch never faults): on the 2-core benchmark machine the hardware
@@ -1015,11 +1026,7 @@ def _round_row(
                     srow[np.uint64(c0) + t] = s32
                     dv[t] = s32
                     iv[t] = _fdiv(np.float32(1.0), s32)  # exact for a power of two
-                    # s32 is a finite normal (clamped): a power of two, else the multiply path where the
-                    # float32 residual is exact (_fast_params) and s32 < 2**125, else division
-                    pth = np.int32(_P_MUL) if sb < np.int32(0x7E000000) else np.int32(_P_DIV)
-                    pth = pth if sb >= fma_min else np.int32(_P_DIV64)
-                    path[t] = np.int32(_P_POW2) if np.int32(sb & np.int32(0x7FFFFF)) == np.int32(0) else pth
+                    path[t] = _normal_scale_path(sb, fma_min)  # s32 is a finite normal (clamped)
                     bad = min(bad, np.int32(-1) if top >= np.int32(0x7F800000) else np.int32(0))
             elif vkind == 3:
                 for t in range(np.uint64(n)):  # vectorizes
@@ -1027,10 +1034,8 @@ def _round_row(
                     sb = np.float32(s32).view(np.int32)
                     dv[t] = s32
                     iv[t] = _fdiv(np.float32(1.0), s32)
-                    pth = np.int32(_P_MUL) if sb < np.int32(0x7E000000) else np.int32(_P_DIV)
-                    pth = pth if sb >= fma_min else np.int32(_P_DIV64)
-                    pth = np.int32(_P_POW2) if np.int32(sb & np.int32(0x7FFFFF)) == np.int32(0) else pth
                     normal = (sb >= np.int32(0x00800000)) & (sb < np.int32(0x7F800000))
+                    pth = _normal_scale_path(sb, fma_min)
                     pth = pth if normal else np.int32(_P_OTHER)
                     path[t] = np.int32(_P_NAN) if s32 != s32 else pth
             else:
