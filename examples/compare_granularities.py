@@ -1,26 +1,33 @@
 """Compare scaling granularities on your own tensor.
 
-    python examples/compare_granularities.py [tensor.npy] [--format e4m3]
+    python examples/compare_granularities.py [tensor.npy] [--format e4m3] [--dtype bfloat16]
 
-Without a file it makes an activation-like tensor with a few outlier channels.
+The file holds a float32, float64, float16 or bfloat16 array (tokens x channels); numpy saves
+an ml_dtypes.bfloat16 array as raw 2-byte records, so pass --dtype bfloat16 for one.  Other
+dtypes are refused (fp8sim never casts silently).  Without a file it makes an activation-like
+tensor with a few outlier channels.
 """
 
 import argparse
+import sys
 
 import numpy as np
 
 import fp8sim
 from fp8sim import metrics
+from fp8sim.cli import UsageError, load_float_npy
 
 ap = argparse.ArgumentParser()
 ap.add_argument("npy", nargs="?", help="a .npy file with a float array of 2 dims (tokens x channels)")
 ap.add_argument("--format", default="e4m3")
+ap.add_argument("--dtype", choices=["bfloat16"], default=None, help="read raw 2-byte records as bfloat16")
 args = ap.parse_args()
 
 if args.npy:
-    x = np.load(args.npy)
-    if x.dtype not in (np.float32, np.float64):
-        x = x.astype(np.float32)  # explicit: fp8sim never casts silently
+    try:
+        x = load_float_npy(args.npy, args.dtype)  # the same rule as fp8sim.quantize and the CLI
+    except UsageError as e:
+        sys.exit(f"compare_granularities: {e}")
 else:
     rng = np.random.default_rng(0)
     x = rng.standard_normal((256, 1024)).astype(np.float32)

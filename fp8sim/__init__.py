@@ -12,6 +12,8 @@
 
 __version__ = "0.1.0"
 
+# first: numba's cache of fp8sim's kernels goes to a per-user folder, never into the package
+from . import _numba_cache  # noqa: F401, I001
 from . import metrics  # noqa: F401
 from .formats import (  # noqa: F401
     BF16,

@@ -47,6 +47,10 @@ __all__ = [
 ]
 
 
+#: The widest format (sign included) the kernels support: codes are computed in int64.
+MAX_BITS = 63
+
+
 class UnknownNameError(ValueError):
     """An unknown format, mode or granularity name (the message lists the known ones)."""
 
@@ -106,21 +110,44 @@ class Format:
     description: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.ebits, int) or not 1 <= self.ebits <= 11:
-            raise ValueError(f"Format {self.name!r}: ebits must be an int in 1..11, got {self.ebits!r}")
-        if not isinstance(self.mbits, int) or not 0 <= self.mbits <= 52:
-            raise ValueError(f"Format {self.name!r}: mbits must be an int in 0..52, got {self.mbits!r}")
-        object.__setattr__(self, "nan", NanStyle(self.nan))
+        if not isinstance(self.name, str) or not self.name:
+            raise TypeError(f"Format name must be a non-empty str, got {self.name!r}")
+        for fld, lo, hi in (("ebits", 1, 11), ("mbits", 0, 52), ("bias", None, None)):
+            v = getattr(self, fld)
+            if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+                raise TypeError(f"Format {self.name!r}: {fld} must be an int, got {v!r} ({type(v).__name__})")
+            if lo is not None and hi is not None and not lo <= v <= hi:
+                raise ValueError(f"Format {self.name!r}: {fld} must be an int in {lo}..{hi}, got {v}")
+            object.__setattr__(self, fld, int(v))
+        for fld in ("signed", "inf", "subnormals"):
+            v = getattr(self, fld)
+            if not isinstance(v, (bool, np.bool_)):
+                raise TypeError(f"Format {self.name!r}: {fld} must be a bool, got {v!r} ({type(v).__name__})")
+            object.__setattr__(self, fld, bool(v))
+        try:
+            object.__setattr__(self, "nan", NanStyle(self.nan))
+        except ValueError:
+            raise ValueError(
+                f"Format {self.name!r}: unknown nan style {self.nan!r}; known: {', '.join(n.value for n in NanStyle)}"
+            ) from None
         if self.inf and self.nan is not NanStyle.IEEE:
             raise ValueError(f"Format {self.name!r}: infinities need NanStyle.IEEE")
         if self.inf and self.mbits == 0:
             raise ValueError(f"Format {self.name!r}: inf and NaN need at least one mantissa bit")
         if self.nan is NanStyle.FNUZ and not self.signed:
             raise ValueError(f"Format {self.name!r}: 'fnuz' NaN needs a sign bit")
-        if self.bits > 64:
-            raise ValueError(f"Format {self.name!r}: at most 64 bits")
+        if self.bits > MAX_BITS:
+            # the rounding kernel computes codes, sign bit included, in int64
+            raise ValueError(f"Format {self.name!r}: at most {MAX_BITS} bits, got {self.bits}")
         if self.max_code_mag < 0:
             raise ValueError(f"Format {self.name!r}: has no finite codes")
+        # every value must be a float64 (the kernels round to float64 values and decode into them)
+        lo_exp = self.emin - (self.mbits if self.subnormals else 0)
+        if self.emax > 1023 or lo_exp < -1074:
+            raise ValueError(
+                f"Format {self.name!r}: its values span 2**{lo_exp}..2**{self.emax + 1}; float64 holds "
+                f"2**-1074..2**1024 (choose the bias so that emax <= 1023 and the smallest value >= 2**-1074)"
+            )
 
     # ----------------------------------------------------------- layout
     @property
@@ -429,7 +456,12 @@ def format(name: str | Format) -> Format:  # noqa: A001 - public API name
     try:
         return CATALOGUE[key]
     except KeyError:
+        from ._names import close_matches
+
+        hint = close_matches(key, [*CATALOGUE, *_ALIASES])
+        hint = list(dict.fromkeys(_ALIASES.get(h, h) for h in hint))
+        did = f"; did you mean {' or '.join(map(repr, hint))}?" if hint else ""
         raise UnknownNameError(
-            f"unknown format {name!r}; known formats: {', '.join(CATALOGUE)} "
+            f"unknown format {name!r}{did}; known formats: {', '.join(CATALOGUE)} "
             f"(or build one with fp8sim.Format(name, ebits, mbits, bias, ...))"
         ) from None

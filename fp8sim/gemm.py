@@ -25,8 +25,13 @@ the quantizer's own smaller block.  Padding does not change any bit: an
 all-zero instruction leaves the accumulator as it is.
 
 Bad input: ``x`` and ``w`` must be 2-D real float arrays (float32, float64,
-bfloat16) or :class:`~fp8sim.QuantizedTensor` objects with matching K
-(``ValueError`` naming the shapes otherwise).  NaN and +-inf follow the
+float16 or bfloat16 -- the last two converted to float32 exactly; any other
+dtype, np.longdouble included, raises ``TypeError``) or
+:class:`~fp8sim.QuantizedTensor` objects with matching K (``ValueError``
+naming the shapes otherwise).  With ``layout="nk"`` a QuantizedTensor ``w``
+of shape ``(N, K)`` is transposed with its granularity (a ``Tile(r, c)``
+becomes ``Tile(c, r)``, ``1x128`` becomes ``128x1``), so its scales stay on
+their blocks.  NaN and +-inf follow the
 quantizer's rules (a NaN makes its scale block NaN, so every output that
 uses the block is NaN; +-inf saturates to +-max * scale) and then propagate
 through the accumulator model as on the H200 (an inf or NaN product makes
@@ -42,16 +47,18 @@ import numpy as np
 
 from . import _gemm_kernels as _K
 from . import metrics as _metrics
+from ._inputs import flag, float_input
 from .formats import format as _get_format
 from .recipes import Recipe
 from .recipes import recipe as _get_recipe
-from .scaling import Group, QuantizedTensor
+from .rounding import round as _round
+from .scaling import Granularity, Group, PerColumn, PerRow, QuantizedTensor, Tile
 from .scaling import granularity as _granularity
 from .scaling import quantize as _quantize
 from .tensorcore import AccumulatorModel, get_model
 from .tensorcore import matmul as _tc_matmul
 
-__all__ = ["gemm", "GemmReport", "quantize_operands", "scaled_matmul", "SOURCES"]
+__all__ = ["gemm", "GemmReport", "quantize_operands", "scaled_matmul", "transpose_granularity", "SOURCES"]
 
 SOURCES = ("x_quantization", "w_quantization", "scale_rounding", "accumulation", "promotion", "output_cast")
 
@@ -60,15 +67,8 @@ SOURCES = ("x_quantization", "w_quantization", "scale_rounding", "accumulation",
 def _as_float2d(a, name: str) -> np.ndarray | QuantizedTensor:
     if isinstance(a, QuantizedTensor):
         return a
-    arr = np.asarray(a)
-    if arr.dtype == ml_dtypes.bfloat16:
-        arr = arr.astype(np.float32)
-    if arr.dtype.kind != "f":
-        raise TypeError(
-            f"fp8sim.gemm: {name} must be a real float array (float32, float64, bfloat16), got dtype {arr.dtype}"
-        )
-    if arr.dtype not in (np.float32, np.float64):
-        arr = arr.astype(np.float32)
+    # float32/float64 as they are, float16/bfloat16 exactly to float32, other dtypes: TypeError
+    arr, _ = float_input(a, "fp8sim.gemm", name)
     if arr.ndim != 2:
         raise ValueError(f"fp8sim.gemm: {name} must be 2-D, got shape {arr.shape}")
     if 0 in arr.shape:
@@ -100,32 +100,61 @@ def _check_inputs(x, w, layout: str):
     return x, w
 
 
-def _transpose_q(q: QuantizedTensor) -> QuantizedTensor:
+def transpose_granularity(g) -> Granularity:
+    """The granularity of the transpose of a 2-D tensor: the same blocks, axes swapped.
+
+    ``Tile(r, c)`` becomes ``Tile(c, r)`` (``1x128`` -> ``128x1``), per row becomes per column and
+    back, groups and MX / NVFP4 blocks move to the other axis; per tensor and delayed scaling stay.
+    """
     from dataclasses import replace
 
-    g = q.granularity
-    if isinstance(g, Group):
-        g = replace(g, axis=0 if g.axis in (-1, 1) else -1)
+    g = _granularity(g)
+    if isinstance(g, Tile):
+        return Tile(g.cols, g.rows)
+    if isinstance(g, Group):  # MX and NVFP4 are Groups
+        if g.axis not in (-2, -1, 0, 1):
+            raise ValueError(f"transpose_granularity: {g.name} has axis {g.axis}, not an axis of a 2-D tensor")
+        return replace(g, axis=0 if g.axis in (-1, 1) else -1)
+    if isinstance(g, PerRow):
+        return PerColumn()
+    if isinstance(g, PerColumn):
+        return PerRow()
+    return g  # PerTensor, DelayedScaling: one scale, nothing to reorient
+
+
+def _transpose_q(q: QuantizedTensor) -> QuantizedTensor:
+    """The QuantizedTensor of a 2-D ``q``'s transpose: codes, scales, amax AND granularity
+    transposed, so that ``_transpose_q(q).dequantize() == q.dequantize().T``."""
+    from dataclasses import replace
+
+    g = transpose_granularity(q.granularity)
+    shape = tuple(q.shape)[::-1]
+    if tuple(q.scales.shape[::-1]) != g.scale_shape(shape):  # scales that do not fit their granularity
+        raise ValueError(
+            f"fp8sim.gemm: cannot transpose {q!r}: its scales {q.scales.shape} do not match "
+            f"its granularity {q.granularity.name} on shape {q.shape}"
+        )
     return replace(
         q,
         codes=np.ascontiguousarray(q.codes.T),
         scales=np.ascontiguousarray(q.scales.T),
-        shape=tuple(q.shape)[::-1],
-        amax=np.ascontiguousarray(q.amax.T),
-        block_shape=tuple(q.block_shape)[::-1],
+        shape=shape,
+        amax=np.ascontiguousarray(np.asarray(q.amax).T),
+        block_shape=g.block_shape(shape),
         granularity=g,
         _view=None,
     )
 
 
 # ------------------------------------------------------------------ quantization
-def _gran_along_k(g, operand: str):
-    """Granularities that run along one axis run along K: axis -1 for x (M, K), 0 for w (K, N)."""
+def _gran_along_k(g, operand: str) -> Granularity:
+    """A recipe granularity is spelled for an operand whose last axis is K: ``x (M, K)``, and ``w``
+    as torch stores it, ``(N, K)`` (``"1x128"``: 128 along K).  This gives it for the operand as
+    the GEMM takes it: ``x (M, K)`` as is, ``w (K, N)`` transposed (:func:`transpose_granularity`,
+    the rule of :func:`fp8sim.training.orient`)."""
     g = _granularity(g)
-    if isinstance(g, Group) and operand == "w" and g.axis == -1:
-        from dataclasses import replace
-
-        g = replace(g, axis=0)
+    if operand == "w":
+        return transpose_granularity(g)
     return g
 
 
@@ -246,8 +275,34 @@ def scaled_matmul(
     multiple of 32, already padded), ``sa (M, nks)``, ``sb (nks, N)`` float32 scales per K block of
     ``kscale`` elements (``nks == 1`` for ``scale_at="epilogue"``).  Returns the fp32 result."""
     fa, fb = _get_format(a_format), _get_format(b_format)
+    a_codes, b_codes, sa, sb = np.asarray(a_codes), np.asarray(b_codes), np.asarray(sa), np.asarray(sb)
+    for name, c, f in (("a", a_codes, fa), ("b", b_codes, fb)):
+        if c.dtype != np.uint8 or c.ndim != 2:
+            raise TypeError(f"scaled_matmul: {name}_codes must be a 2-D uint8 array, got {c.dtype} of shape {c.shape}")
+        if f.bits != 8:
+            raise ValueError(f"scaled_matmul: {name}_format must be an 8-bit format, got {f.name} ({f.bits} bits)")
     M, Kp = a_codes.shape
     N = b_codes.shape[1]
+    if b_codes.shape[0] != Kp:
+        raise ValueError(f"scaled_matmul: inner dimensions differ: a_codes {a_codes.shape}, b_codes {b_codes.shape}")
+    if scale_at not in ("promotion", "epilogue"):
+        raise ValueError(f"scaled_matmul: scale_at must be 'promotion' or 'epilogue', got {scale_at!r}")
+    if scale_application not in _MODES:
+        raise ValueError(f"scaled_matmul: scale_application must be one of {list(_MODES)}, got {scale_application!r}")
+    if fidelity not in ("exact", "fast") or backend not in ("cpu", "cupy"):
+        raise ValueError(
+            f"scaled_matmul: fidelity must be 'exact' or 'fast' and backend 'cpu' or 'cupy', "
+            f"got {fidelity!r}, {backend!r}"
+        )
+    if not _is_pos_int(kscale):
+        raise ValueError(f"scaled_matmul: kscale must be a positive int, got {kscale!r}")
+    nks = -(-Kp // int(kscale)) if scale_at == "promotion" else 1
+    if sa.ndim != 2 or sb.ndim != 2 or sa.shape[0] != M or sb.shape[1] != N or sa.shape[1] != sb.shape[0]:
+        raise ValueError(f"scaled_matmul: sa {sa.shape} and sb {sb.shape} do not fit ({M}, nks) and (nks, {N})")
+    if sa.shape[1] < nks:
+        raise ValueError(
+            f"scaled_matmul: K = {Kp} in blocks of kscale = {kscale} needs {nks} scales per row, sa has {sa.shape[1]}"
+        )
     P = 0 if promote_every is None else int(promote_every)
     if scale_at == "promotion":
         if P == 0 or kscale % P:
@@ -323,6 +378,10 @@ def scaled_matmul(
     return tot
 
 
+def _is_pos_int(v) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) and bool(v > 0)
+
+
 def _decode(codes, fmt) -> np.ndarray:
     v, _, _ = _K.code_tables(fmt)
     return v[codes]
@@ -348,8 +407,8 @@ def _wide(x, w, r: Recipe) -> np.ndarray:
         a = np.asarray(a)
         if fmt == "fp64":
             return a.astype(np.float64)
-        if fmt == "bf16":
-            return a.astype(np.float32).astype(ml_dtypes.bfloat16).astype(np.float32)
+        if fmt == "bf16":  # RNE once, from float32 or float64 (not float64 -> float32 -> bf16)
+            return _round(a, "bf16").astype(np.float32)
         return a.astype(np.float32)
 
     if isinstance(x, QuantizedTensor) or isinstance(w, QuantizedTensor):
@@ -358,6 +417,8 @@ def _wide(x, w, r: Recipe) -> np.ndarray:
     with np.errstate(all="ignore"):
         if r.accumulator == "fp64" or r.x_format == "fp64":
             y = xa.astype(np.float64) @ wa.astype(np.float64)
+            if r.output_format == "bf16":  # round the float64 result once, not via float32
+                y = _round(y, "bf16")
         else:
             y = xa.astype(np.float32) @ wa.astype(np.float32)
     return _cast_out(y, r.output_format)
@@ -400,6 +461,7 @@ def _metric_dict(ref, approx) -> dict:
         if fin.any()
         else float("nan"),
         "n_nonfinite": int((~fin).sum()),
+        "n_nan": int(np.isnan(approx).sum()),  # NaN outputs (left out of the measures above)
     }
 
 
@@ -424,7 +486,9 @@ def _term(ref, base, on) -> dict:
 class GemmReport:
     """Error report of one :func:`gemm` call.
 
-    ``error``: the output against the fp64 GEMM of the unquantized inputs;
+    ``error``: the output against the fp64 GEMM of the unquantized inputs (for an operand
+    passed as a QuantizedTensor the unquantized values are unknown: its dequantized values
+    stand in, and its quantization term is then 0 by construction);
     ``error_vs_bf16``: against the ``"bf16"`` recipe's output; ``bf16_error``:
     the bf16 recipe against fp64.  ``terms``: each error source switched on
     alone (everything else exact), as the size of the change it makes,
@@ -576,7 +640,8 @@ def gemm(
 
     Parameters
     ----------
-    x : (M, K) float array (float32, float64 or bfloat16) or a QuantizedTensor
+    x : (M, K) float array (float32, float64, float16 or bfloat16; float16 and bfloat16 are
+        converted to float32 exactly, other dtypes raise TypeError) or a QuantizedTensor
     w : (K, N) float array or QuantizedTensor; (N, K) with ``layout="nk"`` (torch Linear weights)
     recipe : a preset name (:func:`fp8sim.recipe`) or a :class:`~fp8sim.Recipe`
     report : also return a :class:`GemmReport` (costs a few fp64 GEMMs and one more model GEMM)
@@ -593,6 +658,7 @@ def gemm(
     and the report when ``report=True``.
     """
     r = _get_recipe(recipe)
+    report = flag(report, "fp8sim.gemm", "report")
     if backend not in ("cpu", "cupy"):
         raise ValueError(f"fp8sim.gemm: backend must be 'cpu' or 'cupy', got {backend!r}")
     if fidelity not in ("exact", "fast"):
@@ -613,8 +679,12 @@ def gemm(
             )
         return y
     qx, qw = quantize_operands(x, w, r)
-    if qx.format.bits != 8 or qw.format.bits != 8:
-        raise ValueError("fp8sim.gemm: FP8 recipes need 8-bit operand formats")
+    for name, q in (("x", qx), ("w", qw)):
+        if q.format.bits != 8 or not q.format.fits_float32:
+            raise ValueError(
+                f"fp8sim.gemm: the tensor-core model multiplies 8-bit codes; {name} is quantized "
+                f"to {q.format.name} ({q.format.bits} bits)"
+            )
     y32, parts = _fp8(qx, qw, r, fidelity, backend)
     y = _cast_out(y32, r.output_format)
     if report:

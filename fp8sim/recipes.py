@@ -2,11 +2,15 @@
 
 A :class:`Recipe` names, for ``y = x @ w`` with ``x (M, K)`` and ``w (K, N)``:
 
-* the operand formats (``"e4m3"``, ``"e5m2"``; ``"bf16"``, ``"fp32"``,
-  ``"fp64"`` for the unquantized baselines);
-* the operand scale granularities and policies (see :mod:`fp8sim.scaling`;
-  granularities that run along one axis -- ``"gN"``, ``"mxN"`` -- are
-  applied along K for both operands);
+* the operand formats (``"e4m3"``, ``"e5m2"``, any other signed 8-bit
+  format with zero -- ``"e4m3fnuz"``, ``"e5m2fnuz"``, ``"e3m4"``, a custom
+  :class:`~fp8sim.Format`; ``"bf16"``, ``"fp32"``, ``"fp64"`` for the
+  unquantized baselines);
+* the operand scale granularities and policies (see :mod:`fp8sim.scaling`),
+  spelled for an operand whose last axis is K: ``x (M, K)`` and ``w`` as
+  torch stores it, ``(N, K)``.  ``"1x128"`` is 128 elements along K for
+  either operand; for ``w (K, N)`` the GEMM transposes the granularity
+  (``1x128`` -> ``128x1``, ``row`` -> ``col``, groups along axis 0);
 * the accumulator model (a :mod:`fp8sim.tensorcore` preset name or an
   :class:`~fp8sim.tensorcore.AccumulatorModel`; ``"fp64"`` = exact);
 * the promotion interval in K elements (``None``: the tensor-core
@@ -34,21 +38,114 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from ._names import unknown_name_error
+from .formats import CATALOGUE, Format, format_names
+from .formats import format as _get_format
+
 __all__ = ["Recipe", "recipe", "recipe_names", "PRESETS"]
 
+#: the FP8 formats of the presets (any 8-bit signed format with zero works: a catalogue name such
+#: as "e4m3fnuz" or a custom fp8sim.Format)
 FP8_FORMATS = ("e4m3", "e5m2")
 WIDE_FORMATS = ("bf16", "fp32", "fp64")
 OUTPUT_FORMATS = ("bf16", "fp32", "fp64")
 ACCUMULATORS = ("wgmma", "wgmma.f16", "mma.sync", "exact", "fp32", "fp64")
+SCALE_ATS = ("promotion", "epilogue")
+SCALE_APPLICATIONS = ("fma", "mul-add")
+_MMA_K = 32  # K of one FP8 MMA instruction: scale blocks along K are multiples of it
+
+
+def _is_int(v) -> bool:
+    import numpy as np
+
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def _operand_format(v, who: str, which: str):
+    """A wide format name ("bf16", "fp32", "fp64"), or the 8-bit format of an FP8 operand: its
+    catalogue name when it is the catalogue's format of that name, else the Format itself."""
+    if isinstance(v, str) and v.strip().lower() in WIDE_FORMATS:
+        return v.strip().lower()
+    if isinstance(v, str):
+        try:
+            f = _get_format(v)
+        except ValueError:
+            raise unknown_name_error(
+                "format",
+                v,
+                list(WIDE_FORMATS) + [n for n in format_names() if n not in WIDE_FORMATS],
+                where=f"{who}: {which}",
+            ) from None
+    elif isinstance(v, Format):
+        f = v
+    else:
+        raise TypeError(f"{who}: {which} must be a format name or an fp8sim.Format, got {type(v).__name__}")
+    for wide in ("bf16", "fp32"):
+        if f == CATALOGUE[wide]:
+            return wide
+    if f.bits != 8 or not f.fits_float32 or not f.signed or not f.subnormals:
+        why = (
+            f"{f.bits} bits"
+            if f.bits != 8
+            else ("unsigned" if not f.signed else ("no zero" if not f.subnormals else "values beyond float32"))
+        )
+        raise ValueError(
+            f"{who}: {which} {f.name!r} ({why}) cannot be a GEMM operand: the FP8 GEMM multiplies "
+            f"8-bit codes of a signed format with zero on the tensor-core model (e.g. e4m3, e5m2, "
+            f"e4m3fnuz, e5m2fnuz, e3m4 or a custom 8-bit fp8sim.Format), and the wide recipes take "
+            f"{', '.join(WIDE_FORMATS)}"
+        )
+    return f.name if CATALOGUE.get(f.name) == f else f
+
+
+def _k_block(g, who: str, which: str) -> int | None:
+    """The extent along K of one scale block of the recipe granularity ``g`` (spelled for an
+    operand whose last axis is K), None for one block over all of K."""
+    from .scaling import NVFP4, DelayedScaling, Group, PerColumn, PerRow, PerTensor, Tile
+
+    if isinstance(g, NVFP4):
+        raise ValueError(
+            f"{who}: {which} {g.name}: two-level (NVFP4) scales are not supported by the FP8 GEMM "
+            "(use 'mx32', 'g128', '1x128', 'tensor', ...)"
+        )
+    if isinstance(g, (PerTensor, PerRow, DelayedScaling)):
+        return None
+    if isinstance(g, Tile):
+        return g.cols
+    if isinstance(g, Group):
+        if g.axis in (-1, 1):
+            return g.size
+        raise ValueError(
+            f"{who}: {which} {g.name} runs along axis {g.axis}; a recipe granularity is spelled for "
+            f"an operand whose last axis is K (x (M, K), w (N, K)), so groups run along axis -1"
+        )
+    if isinstance(g, PerColumn):
+        raise ValueError(
+            f"{who}: {which} 'col' gives every K element its own scale, which a GEMM cannot apply "
+            "(recipe granularities are spelled for an operand whose last axis is K: x (M, K), "
+            "w (N, K); 'row' is one scale per token / output channel)"
+        )
+    raise TypeError(f"{who}: {which} {g!r} is not a granularity the GEMM knows")
 
 
 @dataclass(frozen=True)
 class Recipe:
-    """One GEMM recipe (frozen; derive variants with :func:`dataclasses.replace` or :meth:`with_`)."""
+    """One GEMM recipe (frozen; derive variants with :func:`dataclasses.replace` or :meth:`with_`).
+
+    Every field is checked when the recipe is made, so a recipe that exists can run: operand
+    formats (``"bf16"``, ``"fp32"``, ``"fp64"`` for the wide baselines; else any signed 8-bit
+    format with zero -- a catalogue name such as ``"e4m3fnuz"`` or a custom
+    :class:`~fp8sim.Format`), granularities (parsed as :func:`fp8sim.granularity` does, spelled
+    for an operand whose last axis is K: ``x (M, K)`` and ``w (N, K)`` as torch stores it; scale
+    blocks along K must be multiples of 32 that nest and that ``promote_every`` divides), the
+    scale policy (as :func:`fp8sim.quantize` checks it; ``margin`` an int), booleans that are
+    real booleans.  Unknown names raise :class:`~fp8sim.formats.UnknownNameError` naming the
+    closest known ones.
+    """
 
     name: str
-    x_format: str = "e4m3"
-    w_format: str = "e4m3"
+    x_format: str | Format = "e4m3"
+    w_format: str | Format = "e4m3"
     x_granularity: object = "1x128"
     w_granularity: object = "128x128"
     scale_format: str | None = None
@@ -59,59 +156,113 @@ class Recipe:
     scale_at: str = "promotion"
     scale_application: str = "fma"
     output_format: str = "bf16"
-    grad_format: str | None = None
+    grad_format: str | Format | None = None
     backward_promote_every: int | None = None
     validated: bool = False
     description: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise TypeError(f"Recipe: name must be a non-empty string, got {self.name!r}")
+        who = f"Recipe {self.name!r}"
         for which in ("x_format", "w_format"):
-            v = str(getattr(self, which)).lower()
-            if v not in FP8_FORMATS + WIDE_FORMATS:
-                raise ValueError(
-                    f"Recipe {self.name!r}: {which} must be one of "
-                    f"{list(FP8_FORMATS + WIDE_FORMATS)}, got {getattr(self, which)!r}"
-                )
-            object.__setattr__(self, which, v)
-        if (self.x_format in FP8_FORMATS) != (self.w_format in FP8_FORMATS):
+            object.__setattr__(self, which, _operand_format(getattr(self, which), who, which))
+        if (self.x_format in WIDE_FORMATS) != (self.w_format in WIDE_FORMATS):
             raise ValueError(
-                f"Recipe {self.name!r}: both operands must be FP8 or both wide, "
-                f"got {self.x_format!r} and {self.w_format!r}"
+                f"{who}: both operands must be FP8 or both wide, got {_fmt_name(self.x_format)!r} and "
+                f"{_fmt_name(self.w_format)!r}"
             )
-        if self.output_format not in OUTPUT_FORMATS:
-            raise ValueError(
-                f"Recipe {self.name!r}: output_format must be one of {list(OUTPUT_FORMATS)}, got {self.output_format!r}"
+        object.__setattr__(self, "output_format", _choice(self.output_format, OUTPUT_FORMATS, who, "output_format"))
+        self._check_accumulator(who)
+        object.__setattr__(self, "promote_every", _promotion(self.promote_every, who, "promote_every"))
+        object.__setattr__(
+            self, "backward_promote_every", _promotion(self.backward_promote_every, who, "backward_promote_every")
+        )
+        object.__setattr__(self, "scale_at", _choice(self.scale_at, SCALE_ATS, who, "scale_at"))
+        object.__setattr__(
+            self, "scale_application", _choice(self.scale_application, SCALE_APPLICATIONS, who, "scale_application")
+        )
+        if not _is_int(self.margin):
+            raise TypeError(f"{who}: margin must be an int (a number of binades of headroom), got {self.margin!r}")
+        if not isinstance(self.validated, bool):
+            raise TypeError(f"{who}: validated must be True or False, got {self.validated!r}")
+        if not isinstance(self.description, str):
+            raise TypeError(f"{who}: description must be a string, got {type(self.description).__name__}")
+        if self.grad_format is not None:
+            g = _operand_format(self.grad_format, who, "grad_format")
+            if g in WIDE_FORMATS:
+                raise ValueError(f"{who}: grad_format must be None or an 8-bit format (e.g. 'e5m2'), got {g!r}")
+            object.__setattr__(self, "grad_format", g)
+        self._check_scaling(who)
+        if self.grad_format is not None:
+            self.backward()  # the backward recipe must be valid too (raises here, not in training)
+
+    def _check_accumulator(self, who: str) -> None:
+        from .tensorcore import AccumulatorModel
+
+        a = self.accumulator
+        if isinstance(a, AccumulatorModel):
+            return
+        if not isinstance(a, str):
+            raise TypeError(
+                f"{who}: accumulator must be one of {list(ACCUMULATORS)} or an AccumulatorModel, got {type(a).__name__}"
             )
-        if isinstance(self.accumulator, str):
-            a = self.accumulator.strip().lower()
-            if a not in ACCUMULATORS:
+        object.__setattr__(self, "accumulator", _choice(a, ACCUMULATORS, who, "accumulator"))
+
+    def _check_scaling(self, who: str) -> None:
+        """Granularities and scale policy, as quantize and the GEMM kernel will need them."""
+        from .scaling import _policy
+        from .scaling import granularity as _granularity
+
+        grans = {}
+        for which in ("x_granularity", "w_granularity"):
+            v = getattr(self, which)
+            try:
+                grans[which] = _granularity(v)
+            except (TypeError, ValueError) as e:
+                raise type(e)(f"{who}: {which}: {e}") from None
+        if not self.is_fp8:
+            return
+        if self.scale_at == "promotion" and self.promote_every is None:
+            raise ValueError(f"{who}: scale_at='promotion' needs promote_every")
+        blocks = {}
+        for which, fmt in (("x_granularity", self.x_format), ("w_granularity", self.w_format)):
+            g = grans[which]
+            try:
+                _policy(g, _get_format(fmt), self.scale_format, self.scale_rounding, self.margin)
+            except (TypeError, ValueError) as e:
+                raise type(e)(f"{who}: {which} {g.name}: {e}") from None
+            b = _k_block(g, who, which)
+            if b is not None:
+                blocks[which] = b
+        for which, b in blocks.items():
+            if b % _MMA_K:
                 raise ValueError(
-                    f"Recipe {self.name!r}: accumulator must be one of {list(ACCUMULATORS)} "
-                    f"or an AccumulatorModel, got {self.accumulator!r}"
+                    f"{who}: {which} has scale blocks of {b} along K; the GEMM applies scales per "
+                    f"K block, which must be a multiple of {_MMA_K} (one MMA instruction)"
                 )
-            object.__setattr__(self, "accumulator", a)
-        if self.promote_every is not None:
-            p = self.promote_every
-            if isinstance(p, bool) or int(p) != p or p <= 0 or p % 32:
-                raise ValueError(
-                    f"Recipe {self.name!r}: promote_every must be None or a positive "
-                    f"multiple of 32 (K elements), got {p!r}"
-                )
-            object.__setattr__(self, "promote_every", int(p))
-        if self.scale_at not in ("promotion", "epilogue"):
-            raise ValueError(f"Recipe {self.name!r}: scale_at must be 'promotion' or 'epilogue', got {self.scale_at!r}")
-        if self.scale_at == "promotion" and self.is_fp8 and self.promote_every is None:
-            raise ValueError(f"Recipe {self.name!r}: scale_at='promotion' needs promote_every")
-        if self.scale_application not in ("fma", "mul-add"):
+        if len(blocks) == 2:
+            bx, bw = blocks["x_granularity"], blocks["w_granularity"]
+            if max(bx, bw) % min(bx, bw):
+                raise ValueError(f"{who}: scale blocks along K of {bx} (x) and {bw} (w) do not nest")
+        if self.scale_at == "epilogue" and blocks:
             raise ValueError(
-                f"Recipe {self.name!r}: scale_application must be 'fma' or 'mul-add', got {self.scale_application!r}"
+                f"{who}: scale_at='epilogue' needs one scale over all of K per row/column "
+                f"(tensor, row or delayed), got {', '.join(f'{k}={getattr(self, k)!r}' for k in blocks)}"
             )
-        if self.grad_format is not None and str(self.grad_format).lower() not in FP8_FORMATS:
-            raise ValueError(f"Recipe {self.name!r}: grad_format must be None, 'e4m3' or 'e5m2'")
+        if self.scale_at == "promotion" and blocks:
+            kb = min(blocks.values())
+            assert self.promote_every is not None
+            if kb % self.promote_every:
+                raise ValueError(
+                    f"{who}: promote_every={self.promote_every} must divide the K scale block ({kb}): "
+                    "scales applied at promotion change only between promotion intervals"
+                )
 
     @property
     def is_fp8(self) -> bool:
-        return self.x_format in FP8_FORMATS
+        """True for the quantized (8-bit operand) recipes, False for bf16 / fp32 / fp64."""
+        return self.x_format not in WIDE_FORMATS
 
     def with_(self, **changes) -> Recipe:
         """A copy with some fields changed (``dataclasses.replace``)."""
@@ -130,7 +281,30 @@ class Recipe:
             x_format=self.grad_format,
             promote_every=p,
             scale_at="promotion" if (p is not None and self.scale_at == "promotion") else "epilogue",
+            grad_format=None,
+            backward_promote_every=None,
         )
+
+
+def _fmt_name(f) -> str:
+    return f if isinstance(f, str) else f.name
+
+
+def _choice(v, known: tuple, who: str, which: str) -> str:
+    if not isinstance(v, str):
+        raise TypeError(f"{who}: {which} must be one of {list(known)}, got {type(v).__name__} {v!r}")
+    key = v.strip().lower()
+    if key not in known:
+        raise unknown_name_error(which, v, known, where=who)
+    return key
+
+
+def _promotion(p, who: str, which: str) -> int | None:
+    if p is None:
+        return None
+    if not _is_int(p) or p <= 0 or p % _MMA_K:
+        raise ValueError(f"{who}: {which} must be None or a positive int multiple of {_MMA_K} (K elements), got {p!r}")
+    return int(p)
 
 
 PRESETS: dict[str, Recipe] = {}
@@ -281,12 +455,13 @@ def recipe_names() -> list[str]:
 
 
 def recipe(name) -> Recipe:
-    """The named preset (a :class:`Recipe` is returned as is)."""
+    """The named preset (a :class:`Recipe` is returned as is).  An unknown name raises
+    :class:`~fp8sim.formats.UnknownNameError` (a ``ValueError``) naming the closest presets."""
     if isinstance(name, Recipe):
         return name
     if not isinstance(name, str):
         raise TypeError(f"recipe must be a name or a Recipe, got {type(name).__name__}")
     key = name.strip().lower()
     if key not in PRESETS:
-        raise ValueError(f"unknown recipe {name!r}; known recipes: {', '.join(PRESETS)}")
+        raise unknown_name_error("recipe", name, PRESETS)
     return PRESETS[key]

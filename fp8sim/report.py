@@ -37,6 +37,8 @@ from pathlib import Path
 import numpy as np
 
 from . import __version__, formats, plotting, rounding
+from ._json import dumps as json_dumps
+from ._names import close_matches, unknown_name_error
 
 MODES = ["rne", "rna", "rtz", "rup", "rdn", "rto", "sr"]
 ROUNDING_FORMATS = ("e4m3", "e5m2", "e3m4", "e2m1", "bf16")
@@ -58,6 +60,8 @@ def _known(kind: str):
         return accumulation.DISTRIBUTIONS
     if kind == "granularities":
         return granularity.GRANULARITIES
+    if kind == "formats/granularity":
+        return granularity.FORMATS
     if kind == "modes":
         return tuple(MODES)
     if kind == "studies":
@@ -66,19 +70,22 @@ def _known(kind: str):
 
 
 #: Every option a config file may set: section -> key -> kind.  Kinds: ``int`` (positive),
-#: ``bool``, ``path``, ``fidelity``, ``shape`` (two positive ints), ``formats``/``recipes``
-#: (lists of registered names) and lists of the names :func:`_known` returns.
+#: ``int0`` (non-negative), ``int128`` (at least 128), ``bool``, ``path``, ``fidelity``, ``shape``
+#: (two positive ints), ``formats/signed`` (registered formats with a sign bit: the rounding study
+#: draws negative values), ``recipes`` (registered recipes) and lists of the names :func:`_known`
+#: returns (``formats/granularity``: the element formats that study accepts, not e8m0 or e2m1).
+#: Each value is checked against what its study accepts, so a bad config exits before any study runs.
 OPTIONS: dict[str, dict[str, str]] = {
     "": {"seed": "int0", "quick": "bool", "studies": "studies"},
-    "rounding": {"formats": "formats", "modes": "modes", "samples": "int"},
+    "rounding": {"formats": "formats/signed", "modes": "modes", "samples": "int"},
     "granularity": {
         "shape": "shape",
-        "formats": "formats",
+        "formats": "formats/granularity",
         "distributions": "distributions/granularity",
         "granularities": "granularities",
     },
     "accumulation": {
-        "k_max": "int",
+        "k_max": "int128",
         "size": "int",
         "distributions": "distributions/accumulation",
         "recipes": "recipes",
@@ -92,9 +99,10 @@ def _check_value(where: str, kind: str, v):
     def fail(what):
         raise ConfigError(f"{where}: expected {what}, got {v!r}")
 
-    if kind in ("int", "int0"):
-        if isinstance(v, bool) or not isinstance(v, int) or v < (0 if kind == "int0" else 1):
-            fail("a non-negative integer" if kind == "int0" else "a positive integer")
+    if kind in ("int", "int0", "int128"):
+        least = {"int": 1, "int0": 0, "int128": 128}[kind]
+        if isinstance(v, bool) or not isinstance(v, int) or v < least:
+            fail({"int": "a positive integer", "int0": "a non-negative integer", "int128": "an integer >= 128"}[kind])
         return v
     if kind == "bool":
         if not isinstance(v, bool):
@@ -118,12 +126,19 @@ def _check_value(where: str, kind: str, v):
         return v
     if not isinstance(v, list) or not v or not all(isinstance(n, str) for n in v):
         fail("a non-empty list of names")
-    if kind == "formats":
+    if kind == "formats/signed":
         for n in v:
             try:
-                formats.format(n)
+                f = formats.format(n)
+            except formats.UnknownNameError:
+                raise ConfigError(str(unknown_name_error("format", n, formats.format_names(), where=where))) from None
             except ValueError as e:
                 raise ConfigError(f"{where}: {e}") from None
+            if not f.signed:
+                raise ConfigError(
+                    f"{where}: {n!r} is an unsigned (scale-only) format; the rounding study rounds signed values, "
+                    f"use a signed format such as {', '.join(ROUNDING_FORMATS)}"
+                )
         return v
     if kind == "recipes":
         from .recipes import recipe
@@ -137,7 +152,16 @@ def _check_value(where: str, kind: str, v):
     known = _known(kind)
     bad = [n for n in v if n not in known]
     if bad:
-        raise ConfigError(f"{where}: unknown {', '.join(map(repr, bad))}; known: {', '.join(known)}")
+        hints = list(dict.fromkeys(m for n in bad for m in close_matches(n, known)))
+        if kind == "formats/granularity":
+            head = f"{', '.join(map(repr, bad))} not accepted: the granularity study quantizes to the element formats"
+        else:
+            head = f"unknown {', '.join(map(repr, bad))}"
+        raise ConfigError(
+            f"{where}: {head}"
+            + (f" (did you mean {' or '.join(map(repr, hints))}?)" if hints else "")
+            + f"; known: {', '.join(known)}"
+        )
     return v
 
 
@@ -334,16 +358,36 @@ def study_granularity(out: Path, quick: bool, progress: bool, opts: dict) -> dic
 
 
 def capture_dir() -> Path | None:
-    """Where the hardware captures are: $FP8SIM_CAPTURES, ./tests/data (a source checkout, the
-    README's set-up) or the checkout this package was installed from in development mode."""
-    for cand in (
-        os.environ.get("FP8SIM_CAPTURES"),
-        "tests/data",
-        Path(__file__).resolve().parent.parent / "tests" / "data",
-    ):
-        if cand and Path(cand).is_dir() and any(Path(cand).glob("*.npz")):
-            return Path(cand)
-    return None
+    """Where the hardware captures are, in this order: ``$FP8SIM_CAPTURES``; ``./tests/data`` when the
+    current folder is an fp8sim source checkout (the README's set-up); ``tests/data`` of the checkout
+    this package was installed from in development mode; the compact subset installed with the
+    package (``fp8sim/captures``). None when there are none.
+
+    Raises ValueError when ``$FP8SIM_CAPTURES`` is set but is not a folder with ``.npz`` files (never
+    silently falls back to other captures)."""
+
+    def has_npz(d: Path) -> bool:
+        return d.is_dir() and any(d.glob("*.npz"))
+
+    env = os.environ.get("FP8SIM_CAPTURES")
+    if env:
+        path = Path(env).expanduser()
+        if not has_npz(path):
+            what = "is not a folder" if not path.is_dir() else "has no .npz files"
+            raise ValueError(
+                f"FP8SIM_CAPTURES={env!r} {what}; set it to a folder of hardware captures (.npz, written by "
+                "python -m gpu.capture) or unset it to use the captures found with fp8sim"
+            )
+        return path
+    package = Path(__file__).resolve().parent
+    # a checkout: its tests/data next to the package's sources and pyproject.toml (not a stray
+    # tests/data folder in the current directory or in site-packages)
+    for root in (Path.cwd(), package.parent):
+        if (root / "pyproject.toml").is_file() and (root / "fp8sim" / "__init__.py").is_file():
+            if has_npz(root / "tests" / "data"):
+                return root / "tests" / "data"
+    shipped = package / "captures"
+    return shipped if has_npz(shipped) else None
 
 
 def study_tensorcore(out: Path, quick: bool, progress: bool, opts: dict) -> dict:
@@ -373,7 +417,8 @@ def study_tensorcore(out: Path, quick: bool, progress: bool, opts: dict) -> dict
         )
         csvs = [csv_path]
     else:
-        text, csvs = "<p>No hardware captures found next to this installation.</p>", []
+        where = f"in {html.escape(str(data))}" if opts.get("captures") else "next to this installation"
+        text, csvs = f"<p>No tensor-core captures (<code>*_e4m3*.npz</code>) found {where}.</p>", []
     return {
         "id": "tensorcore",
         "title": "Tensor-core models: hardware validation",
@@ -382,6 +427,14 @@ def study_tensorcore(out: Path, quick: bool, progress: bool, opts: dict) -> dict
         "csv": csvs,
         "numbers": {r["model"]: r["match_rate"] for r in rows},
     }
+
+
+def _max_rel_pct(dist: str, v: float) -> float | str:
+    """The maximum elementwise relative error in %, or why it is not shown: zero-mean inputs have
+    outputs near zero, whose relative error is unbounded."""
+    if dist in ("normal", "outlier"):
+        return "not meaningful (outputs near 0)"
+    return 100 * v
 
 
 def study_accumulation(out: Path, quick: bool, progress: bool, opts: dict) -> dict:
@@ -398,19 +451,18 @@ def study_accumulation(out: Path, quick: bool, progress: bool, opts: dict) -> di
                     "source": "fp8sim model",
                     "inputs": key[0],
                     "accumulation": key[1],
-                    "max rel. error": v["max_rel"],
-                    "median rel. error": v["median_rel"],
+                    "max rel. error (%)": _max_rel_pct(key[0], v["max_rel"]),
+                    "median rel. error (%)": 100 * v["median_rel"],
                 }
             )
-    model_rows = list(rows)
     for key, v in (head.get("h200") or {}).items():
         rows.append(
             {
                 "source": "H200, measured (K = 4096)",
                 "inputs": key[0],
                 "accumulation": key[1],
-                "max rel. error": v.get("max_rel", float("nan")),
-                "median rel. error": v["median_rel"],
+                "max rel. error (%)": _max_rel_pct(key[0], v.get("max_rel", float("nan"))),
+                "median rel. error (%)": 100 * v["median_rel"],
             }
         )
     text = (
@@ -418,14 +470,17 @@ def study_accumulation(out: Path, quick: bool, progress: bool, opts: dict) -> di
         f"(13 fraction bits, truncation) against fp64, at K = {head['K']}, with and without promotion to "
         f"FP32 every 128 elements, next to the numbers measured on the H200. DeepSeek-V3 reports a maximum "
         f'relative error of "nearly 2%" at K = 4096 without promotion (input distribution not stated): '
-        f"all-positive inputs give more, zero-mean inputs far less.</p>" + (html_table(rows) if rows else "")
+        f"all-positive inputs give more, zero-mean inputs far less. Errors are elementwise "
+        f"|y - y<sub>fp64</sub>| / |y<sub>fp64</sub>| in percent; the maximum of zero-mean inputs is not shown: "
+        f"some of their outputs are close to zero, where any absolute error is a huge relative one (the "
+        f"median is the meaningful figure there).</p>" + (html_table(rows) if rows else "")
     )
-    rows = model_rows
     numbers = {"K": head["K"]}
     numbers.update(
         {
-            f"{r['inputs']}/{r['accumulation']}": {"max": r["max rel. error"], "median": r["median rel. error"]}
-            for r in rows
+            f"{key[0]}/{key[1]}": {"max": v["max_rel"], "median": v["median_rel"]}
+            for key, v in head.items()
+            if isinstance(key, tuple)
         }
     )
     return {
@@ -445,7 +500,7 @@ def study_training(out: Path, quick: bool, progress: bool, opts: dict) -> dict:
     recipes = opts.get("recipes", TRAINING_RECIPES_QUICK if quick else TRAINING_RECIPES)
     steps = opts.get("steps", 40 if quick else 200)
     sub = out / "training"
-    summary = train(recipes, steps, opts["seed"], str(sub), fidelity=opts.get("fidelity", "fast"), progress=progress)
+    summary = train(recipes, steps, opts["seed"], str(sub), fidelity=opts.get("fidelity", "exact"), progress=progress)
     rows, numbers = [], {"steps": steps}
     for name, r in summary["recipes"].items():
         rel = r["rel_loss_error_vs_bf16"]
@@ -453,8 +508,10 @@ def study_training(out: Path, quick: bool, progress: bool, opts: dict) -> dict:
             {
                 "recipe": name,
                 "final loss (mean of last 10 %)": r["final_loss_last10pct_mean"],
-                "rel. loss error vs bf16": rel["mean_abs"] if rel else "reference",
-                "FP8 elements flushed to zero": r["frac_underflow"],
+                "rel. loss error vs bf16 (%)": 100 * rel["mean_abs"]
+                if rel
+                else ("reference" if name == "bf16" else "no bf16 run"),
+                "FP8 elements flushed to zero (%)": 100 * r["frac_underflow"],
                 "non-finite steps": r["nonfinite_steps"],
                 "s/step": r["s_per_step"],
             }
@@ -546,8 +603,68 @@ def _timed_study(study, out: Path, quick: bool, progress: bool, opts: dict) -> d
     return sec
 
 
+class OutputError(ValueError):
+    """An output folder the report cannot be written to (the message names the path and why)."""
+
+
+def is_report_dir(path) -> bool:
+    """True if ``path`` is a folder holding a complete report written by :func:`build`
+    (an ``index.html`` and a ``summary.json`` with fp8sim's keys)."""
+    path = Path(path)
+    try:
+        summary = json.loads((path / "summary.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(summary, dict) and {"fp8sim", "sections"} <= set(summary) and (path / "index.html").is_file()
+
+
+def check_out_dir(out_dir, *, overwrite: bool = False) -> Path:
+    """Check, before any study runs, that a report can be written to ``out_dir``; return it as a Path.
+
+    ``out_dir`` may be missing (it is created, with its parents), an empty folder, or (with
+    ``overwrite=True``) an earlier report (:func:`is_report_dir`), which the new report replaces
+    once it is complete.  Anything else raises :class:`OutputError`: a file, a non-empty folder
+    that is not a report (it is never deleted), a parent that is a file or not writable.
+    """
+    out = Path(out_dir)
+    if str(out_dir) == "" or out.resolve() == Path(out.resolve().anchor):
+        raise OutputError(f"output folder {str(out_dir)!r}: need a folder name (the report replaces the folder)")
+    if out.exists() or out.is_symlink():
+        if not out.is_dir():
+            raise OutputError(f"output folder {out} exists and is not a folder; choose another --out")
+        if out.is_symlink():
+            raise OutputError(f"output folder {out} is a symbolic link; give the folder itself")
+        if any(out.iterdir()):
+            if not is_report_dir(out):
+                raise OutputError(
+                    f"output folder {out} is not empty and holds no earlier fp8sim report (index.html and "
+                    "summary.json); it is left alone: choose another --out, or empty or remove it"
+                )
+            if not overwrite:
+                raise OutputError(
+                    f"output folder {out} holds an earlier report; pass --force to replace it (the new report "
+                    "replaces it only once it is complete)"
+                )
+    parent = out.resolve().parent
+    anc = parent
+    while not anc.exists():
+        anc = anc.parent
+    if not anc.is_dir():
+        raise OutputError(f"output folder {out}: {anc} is a file, not a folder")
+    if not os.access(anc, os.W_OK | os.X_OK):
+        raise OutputError(f"output folder {out}: cannot write in {anc} (permission denied)")
+    return out
+
+
 def build(
-    out_dir, *, quick: bool = False, progress: bool = True, studies=None, config: dict | None = None, jobs: int = 1
+    out_dir,
+    *,
+    quick: bool = False,
+    progress: bool = True,
+    studies=None,
+    config: dict | None = None,
+    jobs: int = 1,
+    overwrite: bool = False,
 ) -> dict:
     """Run the studies and write ``index.html`` and ``summary.json`` in ``out_dir``.
 
@@ -556,7 +673,17 @@ def build(
     ``jobs > 1`` runs the studies in that many worker processes (each study is seeded, so
     the numbers are the same; on a fresh installation the processes also compile numba's
     kernels side by side); the page lists the sections in the same order either way.
+
+    The report is written atomically: into a hidden sibling folder ``.NAME.partial-*`` on the
+    same file system, renamed to ``out_dir`` once complete.  An existing ``out_dir`` must be
+    empty, or an earlier report and ``overwrite=True`` (:func:`check_out_dir`, checked before
+    any study runs); it is replaced only by the complete new report.  When the run fails or
+    is interrupted (KeyboardInterrupt), the partial folder is removed and ``out_dir`` is left
+    as it was, so ``out_dir`` always holds one complete report of one run (or nothing).
     """
+    import shutil
+    import tempfile
+
     config = validate_config(dict(config or {}))
     quick = quick or config.get("quick", False)
     seed = config.get("seed", 0)
@@ -564,8 +691,66 @@ def build(
     studies = [STUDY_IDS[s] if isinstance(s, str) else s for s in studies]
     if int(jobs) < 1:
         raise ValueError(f"jobs must be at least 1, got {jobs}")
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    final = check_out_dir(out_dir, overwrite=overwrite)
+    target = final.resolve()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
+    try:
+        summary = _build_into(tmp, final, quick, progress, studies, config, seed, int(jobs))
+        _swap_into_place(tmp, target, overwrite)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return summary
+
+
+def _swap_into_place(tmp: Path, target: Path, overwrite: bool) -> None:
+    """Rename the complete report ``tmp`` to ``target``, replacing an earlier report or an empty folder
+    there (checked again now: the folder may have changed while the studies ran).  SIGINT is held off
+    during the two renames so that an interrupt cannot leave ``target`` missing."""
+    import shutil
+    import signal
+    import threading
+
+    if target.exists() or target.is_symlink():
+        check_out_dir(target, overwrite=overwrite)
+    main = threading.current_thread() is threading.main_thread()
+    handler = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+    try:
+        old = None
+        if target.exists():
+            old = target.parent / f".{target.name}.replaced-{os.getpid()}-{time.time_ns()}"
+            os.rename(target, old)
+        try:
+            os.rename(tmp, target)
+        except BaseException:
+            if old is not None:
+                os.rename(old, target)
+            raise
+    finally:
+        if main:
+            signal.signal(signal.SIGINT, handler)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _stop_workers(pool) -> None:
+    """Terminate a ProcessPoolExecutor's workers now (on an interrupt: they must not keep writing
+    into the partial folder while it is removed)."""
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    for p in procs:
+        p.join(5)
+    pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _build_into(
+    out: Path, final: Path, quick: bool, progress: bool, studies: list, config: dict, seed: int, jobs: int
+) -> dict:
+    """Run the studies into the (new, empty) folder ``out`` and write the page and summary there;
+    the summary names ``final`` (where ``out`` will be renamed to) as the index's location."""
     t0 = time.perf_counter()
     bar = None
     if progress:
@@ -587,7 +772,8 @@ def build(
 
         groups = _groups(list(range(len(studies))), [s.__name__ for s in studies], int(jobs))
         results: dict = {}
-        with ProcessPoolExecutor(max_workers=len(groups), mp_context=multiprocessing.get_context("spawn")) as pool:
+        pool = ProcessPoolExecutor(max_workers=len(groups), mp_context=multiprocessing.get_context("spawn"))
+        try:
             futs = {
                 pool.submit(_run_group, [(studies[i], out, quick, opts_of(studies[i])) for i in g]): g for g in groups
             }
@@ -595,6 +781,10 @@ def build(
                 for i, sec in zip(futs[f], f.result()):
                     results[i] = sec
                     done(sec)
+        except BaseException:
+            _stop_workers(pool)
+            raise
+        pool.shutdown()
         sections = [results[i] for i in range(len(studies))]
     else:
         sections = []
@@ -613,9 +803,9 @@ def build(
         "environment": env,
         "sections": {s["id"]: s["numbers"] for s in sections},
         "files": sorted(os.path.relpath(p, out) for s in sections for p in s["figures"] + s["csv"]),
-        "index": str(out / "index.html"),
+        "index": str(final / "index.html"),
     }
-    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
+    (out / "summary.json").write_text(json_dumps(summary))
     body = []
     for s in sections:
         figs = "".join(_embed(p) for p in s["figures"])

@@ -43,7 +43,8 @@ import numba
 import numpy as np
 
 from . import _kernels as K
-from .formats import Format, NanStyle, UnknownNameError
+from ._inputs import flag, float_input
+from .formats import Format, NanStyle
 from .formats import format as _lookup
 
 __all__ = ["MODES", "round", "encode", "decode", "decode_table", "sr_random_bits"]
@@ -79,20 +80,17 @@ def _mode(mode: str) -> int:
     key = mode.strip().lower()
     key = _MODE_ALIASES.get(key, key)
     if key not in MODES:
-        raise UnknownNameError(f"unknown rounding mode {mode!r}; known modes: {', '.join(MODES)}")
+        from ._names import unknown_name_error
+
+        raise unknown_name_error(
+            "rounding mode", mode, list(MODES), candidates=[*MODES, *_MODE_ALIASES], plural="modes"
+        )
     return MODES[key]
 
 
 def _float_array(x, func: str) -> np.ndarray:
-    arr = np.asarray(x)
-    if arr.dtype.kind == "f" and arr.dtype.itemsize in (4, 8) and not arr.dtype.isnative:
-        arr = arr.astype(arr.dtype.newbyteorder("="))  # byte order only; values unchanged
-    if arr.dtype not in (np.float32, np.float64):
-        raise TypeError(
-            f"fp8sim.{func}: x must be a float32 or float64 array, got dtype {arr.dtype}; "
-            "convert it explicitly (e.g. x.astype(np.float32)) -- nothing is cast silently"
-        )
-    return arr
+    # float32/float64 as they are, float16/bfloat16 exactly to float32, anything else: TypeError
+    return float_input(x, f"fp8sim.{func}")[0]
 
 
 def _sr_key(seed) -> np.uint64:
@@ -149,6 +147,8 @@ def float32_kernel_ok(fmt: Format) -> bool:
 
 
 def _prepare(x, fmt, mode, saturate, flush_subnormals, seed, sr_bits, func):
+    saturate = flag(saturate, f"fp8sim.{func}", "saturate")
+    flush_subnormals = flag(flush_subnormals, f"fp8sim.{func}", "flush_subnormals")
     fmt = _lookup(fmt)
     m = _mode(mode)
     arr = _float_array(x, func)
@@ -158,6 +158,16 @@ def _prepare(x, fmt, mode, saturate, flush_subnormals, seed, sr_bits, func):
     if flat.dtype == np.float32 and not float32_kernel_ok(fmt):
         flat = flat.astype(np.float64)  # exact; the float64 kernel handles the wider formats
     return fmt, arr, flat, _params(fmt, m, bool(saturate), bool(flush_subnormals), srb), key
+
+
+def _no_negatives_without_nan(fmt: Format, flat: np.ndarray, func: str) -> None:
+    """An unsigned format maps negative inputs to NaN; one without NaN has no answer for them: raise
+    (the kernel would otherwise produce the code -1, outside the format)."""
+    if not fmt.signed and fmt.nan_code is None and flat.size and bool((flat < 0).any()):
+        raise ValueError(
+            f"fp8sim.{func}: format {fmt.name} is unsigned and has no NaN, so negative inputs have no "
+            "result; clip them to 0 (or take abs) first"
+        )
 
 
 SMALL = 1 << 15
@@ -243,7 +253,8 @@ def round(
 
     Parameters
     ----------
-    x : float32 or float64 array (or scalar)
+    x : float32 or float64 array (or scalar); float16 and ml_dtypes.bfloat16 arrays are
+        converted to float32 (exactly) and give a float32 result; other dtypes raise TypeError
     fmt : Format or name (``"e4m3"``, ``"e5m2"``, ...)
     mode : ``"rne"``, ``"rna"``, ``"rtz"``, ``"rup"``, ``"rdn"``, ``"rto"`` or ``"sr"``
     saturate : clamp overflow and +-inf to +-max (OCP satfinite)
@@ -254,9 +265,10 @@ def round(
 
     Returns
     -------
-    Array of ``x``'s dtype and shape holding values of ``fmt``.
+    Array of ``x``'s dtype (float32 for float16/bfloat16 ``x``) and shape holding values of ``fmt``.
     """
     fmt, arr, flat, (m, params), key = _prepare(x, fmt, mode, saturate, flush_subnormals, seed, sr_bits, "round")
+    _no_negatives_without_nan(fmt, flat, "round")
     if arr.dtype == np.float32 and not fmt.fits_float32:
         raise ValueError(f"format {fmt.name} has values that float32 cannot hold; pass float64 input")
     return _run(flat, fmt, m, params, key, False, arr.dtype).reshape(arr.shape)
@@ -279,9 +291,10 @@ def encode(
     sub-byte formats (FP4, FP6) use the low bits of a uint8.  View them as
     ml_dtypes arrays with ``codes.view(fmt.ml_dtype)`` where one exists.
     NaN cannot be encoded in formats without NaN (e2m1, e2m3, e3m2): that
-    raises ValueError.
+    raises ValueError, as do negative inputs to an unsigned format without NaN.
     """
     fmt, arr, flat, (m, params), key = _prepare(x, fmt, mode, saturate, flush_subnormals, seed, sr_bits, "encode")
+    _no_negatives_without_nan(fmt, flat, "encode")
     if fmt.nan is NanStyle.NONE and flat.size and np.isnan(flat).any():
         raise ValueError(f"format {fmt.name} has no NaN: NaN inputs cannot be encoded (replace them first)")
     return _run(flat, fmt, m, params, key, True, fmt.code_dtype).reshape(arr.shape)
@@ -339,6 +352,8 @@ def decode(codes, fmt) -> np.ndarray:
     ml = fmt.ml_dtype
     if ml is not None and arr.dtype.kind == "V" and arr.dtype == np.dtype(ml):
         arr = arr.view(fmt.code_dtype)  # an ml_dtypes array of this format
+    if arr.dtype.kind == "u" and arr.dtype.itemsize == fmt.code_dtype.itemsize and not arr.dtype.isnative:
+        arr = arr.astype(fmt.code_dtype)  # the same codes in the other byte order (e.g. '>u2' from a file)
     if arr.dtype != fmt.code_dtype:
         raise TypeError(
             f"fp8sim.decode: codes of {fmt.name} must be {fmt.code_dtype} "

@@ -17,10 +17,12 @@ so that ``scale = amax * 2**margin / fmt.max`` for the amax-based policies
 scale" ``fmt.max / amax``); :attr:`QuantizedTensor.scales` holds ``1/that``.
 ``global_scale`` is 1.0 except for the two-level NVFP4-style granularity.
 
-Elements are converted as ``round(x / (scale * global_scale))``; the
-quotient is formed in float64, which for float32/bfloat16 input is the
-exact quotient correctly rounded, so every element is rounded once (for
-power-of-two scales the quotient is exact for every input dtype).
+Elements are converted as ``round(x / (scale * global_scale))``, the single
+rounding of the exact quotient in every mode and for every input dtype: a
+float64 quotient is re-rounded to odd from its exact (FMA) residual, and
+where it would underflow (tiny elements, large scales) the element is
+rounded with the exponent range shifted instead, so directed modes see
+every nonzero quotient (float32 paths: see ``_round_row``).
 
 Granularities and scale layouts
 -------------------------------
@@ -89,7 +91,6 @@ import math
 import re
 from dataclasses import dataclass, field
 
-import ml_dtypes
 import numba
 import numpy as np
 from llvmlite import ir as llvm_ir
@@ -100,7 +101,8 @@ from numba.np.arrayobj import populate_array
 
 from . import _buffers
 from . import _kernels as K
-from .formats import BF16, E4M3, Format, NanStyle, UnknownNameError
+from ._inputs import flag, float_input
+from .formats import BF16, CATALOGUE, E4M3, Format, NanStyle
 from .formats import format as _lookup_format
 from .rounding import _memo_table, _mode, _params, _sr_key, decode_table, float32_kernel_ok
 
@@ -470,7 +472,10 @@ def granularity(g) -> Granularity:
             if any(v <= 0 for v in nums):
                 raise ValueError(f"granularity {g!r}: tile/group sizes must be positive ints")
             return make(m)
-    raise UnknownNameError(f"unknown granularity {g!r}; known granularities: {', '.join(granularity_names())}")
+    from ._names import unknown_name_error
+
+    examples = ("tensor", "row", "col", "1x128", "128x128", "g32", "mx32", "nvfp4", "delayed")
+    raise unknown_name_error("granularity", g, granularity_names(), candidates=examples, plural="granularities")
 
 
 _as_granularity = granularity
@@ -507,10 +512,21 @@ def _ceil_log2(a):
 
 @njit(inline="always")
 def _scale_fp32(a, fmax, m2, smin, smax):
-    """An fp32 scale: amax / max rounded to float32, times 2**margin (``m2``), clamped to [smin, smax]
+    """An fp32 scale: amax / max times 2**margin (``m2``) rounded to float32, clamped to [smin, smax]
     (one expression for :func:`_scale_one` and the vectorized tile loop of :func:`_round_row`)."""
-    s = np.float64(np.float32(_fdiv(np.float64(a), np.float64(fmax)))) * m2
-    return min(max(s, smin), smax)
+    s = np.float64(np.float32(_fdiv(np.float64(a), np.float64(fmax)) * m2))  # 2**margin before the float32
+    return min(max(s, smin), smax)  # rounding: a ratio beyond float32's range still gets its scaled value
+
+
+@njit(inline="always")
+def _div_odd(a, b):
+    """``a / b`` (b > 0) rounded to odd at 53 bits: rounding it to any format of at most 51 bits is the
+    single rounding of the exact ratio (below 2**-960 the residual may be inexact; those ratios round to
+    zero or the smallest scale anyway).  (``float32(a / b)`` needs no such care where ``b`` has at most
+    28 significant bits: the float64 quotient of a float64 by it cannot land on a float32 midpoint
+    unless the exact ratio is that midpoint.)"""
+    q = _fdiv(a, b)
+    return _odd64(q, _fma64(q, b, -a))
 
 
 @njit(inline="always")
@@ -519,10 +535,13 @@ def _scale_one(amax, glob, sp):
     kind, rnd, fmax, emax_e, mbits_e, margin, smin, smax, emin_s, emax_s = sp
     if amax != amax:
         return np.nan
+    if kind == 4:  # e4m3 (NVFP4 block scales): amax / (global scale * max), rounded to odd (glob * fmax is
+        # exact), so that rounding it to E4M3 afterwards is the single rounding of the exact ratio
+        return _div_odd(np.float64(amax), glob * fmax) * _pow2(margin)
     a = amax if glob == 1.0 else amax / glob  # (a division's latency, per tile, when it is not needed)
     if kind == 0:  # fp32
         return _scale_fp32(a, fmax, _pow2(margin), smin, smax)
-    if kind == 1 or kind == 4:  # bf16 / e4m3: the unrounded ratio; rounded to the format afterwards
+    if kind == 1:  # bf16: the unrounded ratio; rounded to the format afterwards
         return a / fmax * _pow2(margin)
     # power of two (pow2 / e8m0)
     if a == 0.0:
@@ -609,6 +628,64 @@ def _fma32(typingctx, a, b, c):
         return builder.call(fn, args)
 
     return sig, codegen
+
+
+@intrinsic
+def _fma64(typingctx, a, b, c):
+    """float64 fused multiply-add ``a*b + c`` with one rounding (LLVM's llvm.fma)."""
+    sig = nb_types.float64(nb_types.float64, nb_types.float64, nb_types.float64)
+
+    def codegen(context, builder, signature, args):
+        dbl = llvm_ir.DoubleType()
+        fn = builder.module.declare_intrinsic("llvm.fma", [dbl], llvm_ir.FunctionType(dbl, [dbl, dbl, dbl]))
+        return builder.call(fn, args)
+
+    return sig, codegen
+
+
+@njit(inline="always")
+def _odd64(q, r):
+    """The float64 quotient ``q`` re-rounded to odd, given its exact residual ``r = q*d - x`` (d > 0):
+    toward zero and with the lowest bit set when inexact.  A NaN residual (an inf or NaN element) keeps
+    ``q``; an overflowed ``q`` (inf from a finite element) becomes the largest finite double."""
+    b = np.float64(q).view(np.int64)
+    inexact = (r != 0.0) & (r == r)
+    toward_zero = inexact & (q != 0.0) & ((r > 0.0) == (q > 0.0))
+    b = (b - np.int64(toward_zero)) | np.int64(inexact)
+    return np.int64(b).view(np.float64)
+
+
+_Q_LO, _Q_HI = 2.0**-960, 2.0**960  # the quotient's residual is exact (and nothing underflows) between these
+
+
+@njit(inline="always")
+def _quot_odd(xv, d, inv, pow2):
+    """The quotient ``xv / d`` rounded to odd at 53 bits (from its exact residual, an FMA): rounding it to
+    a format of at most 51 significant bits is the single rounding of the exact quotient in every mode.
+    Also returns whether that holds: not where ``|xv|`` or the quotient is below 2**-960 (there the
+    residual may be inexact and the quotient may have lost bits to underflow; :func:`_quot_odd_scaled`
+    handles those).  ``inv = 1/d`` and ``pow2`` (``d`` is a power of two) let a power-of-two scale
+    multiply.  ``d`` must lie in [2**-960, 2**960]."""
+    q = xv * inv if pow2 else xv / d
+    r = _fma64(q, d, -xv)  # (0 for a power of two, unless the product overflowed to inf)
+    aq = abs(q)
+    ax = abs(xv)
+    ok = ((aq >= _Q_LO) & (ax >= _Q_LO)) | (ax == 0.0) | (not (ax < np.inf))
+    return _odd64(q, r), ok
+
+
+@njit
+def _quot_odd_scaled(xv, d):
+    """``(q, k)``: the quotient ``xv * 2**k / d`` rounded to odd, with ``xv * 2**k`` (exact) near ``d`` so
+    that the quotient is near 1: rounding ``q`` to a format whose exponent range is shifted by ``k`` is the
+    single rounding of ``xv / d`` where the plain quotient underflows (finite nonzero ``xv``, ``d`` in
+    [2**-960, 2**960])."""
+    mx, ex = math.frexp(xv)
+    md, ed = math.frexp(d)
+    k = ed - ex
+    xs = math.ldexp(xv, k)
+    q = xs / d
+    return _odd64(q, _fma64(q, d, -xs)), k
 
 
 @intrinsic
@@ -794,7 +871,8 @@ _NO_FAST = (np.int32(0),) * 11
 
 @njit(cache=True)  # not inlined: the kernels share one compilation of the general path
 def _round_seg_general(xs, cs, d, mode, p, key, base):
-    """The general path of :func:`_round_row`: the float64 quotient, rounded by the bit-level kernel."""
+    """The general path of :func:`_round_row`: the float64 quotient rounded to odd (:func:`_quot_odd`, or
+    :func:`_quot_odd_scaled` where it underflows), rounded by the bit-level kernel."""
     (
         mbits,
         emin,
@@ -815,10 +893,19 @@ def _round_seg_general(xs, cs, d, mode, p, key, base):
     m, ex = math.frexp(d)
     pow2 = m == 0.5
     inv = 1.0 / d
+    # The quotient rounded to odd: the kernel's rounding of it is the single rounding of the exact x / d
+    # in every mode.  Elements whose quotient underflows (tiny x, huge d) are redone in a second pass with
+    # the exponent range shifted.
+    d_ok = (d >= _Q_LO) & (d <= _Q_HI)
+    hard = False
     for j in range(n):
         r = K.random_bits(key, base + j) if mode == K.SR else np.uint64(0)
         xv = np.float64(xs[j])
-        q = xv * inv if pow2 else xv / d  # a power of two: multiplying by the reciprocal is exact
+        if d_ok:
+            q, ok = _quot_odd(xv, d, inv, pow2)
+            hard = hard | (not ok)
+        else:
+            q = xv / d
         v, c = K.round_one(
             q,
             r,
@@ -826,6 +913,35 @@ def _round_seg_general(xs, cs, d, mode, p, key, base):
             mbits,
             emin,
             emax,
+            max_code,
+            max_val,
+            sign_mask,
+            signed,
+            has_neg_zero,
+            subnormals,
+            inf_code,
+            nan_code,
+            sat,
+            flush,
+            sr_bits,
+        )
+        cs[j] = c
+    if not hard:
+        return
+    for j in range(n):
+        xv = np.float64(xs[j])
+        q, ok = _quot_odd(xv, d, inv, pow2)
+        if ok:
+            continue
+        q, k = _quot_odd_scaled(xv, d)
+        r = K.random_bits(key, base + j) if mode == K.SR else np.uint64(0)
+        v, c = K.round_one(
+            q,
+            r,
+            mode,
+            mbits,
+            emin + k,  # the format's exponent range shifted by k, as the quotient is (only the code is used)
+            emax + k,
             max_code,
             max_val,
             sign_mask,
@@ -960,11 +1076,11 @@ def _round_row(
       re-rounded to odd (toward zero, lowest bit set when inexact).  Round to
       odd at 24 bits followed by any rounding at <= 7 bits equals that single
       rounding of the exact quotient; the memo table then gives the code.
-    * otherwise the float64 quotient, by multiplying with the reciprocal
-      for a power-of-two scale (exact), else by division (a float32 or
-      bfloat16 element over a float32 scale is either exactly on a rounding
-      boundary of an FP8 format or far from it, so rounding the float64
-      quotient is rounding the exact quotient).
+    * otherwise the float64 quotient (:func:`_round_seg_general`), by
+      multiplying with the reciprocal for a power-of-two scale, else by
+      division re-rounded to odd with its exact FMA residual; quotients that
+      underflow float64 are redone with the exponent range shifted, so every
+      mode rounds the exact quotient once.
     """
     N = xrow.size
     nt = srow.size
@@ -1416,6 +1532,23 @@ def _dequant(codes3, table, scales3, bm, bn, glob, out3):
                 os_[j] = np.float64(table[cs[j]]) * s
 
 
+def _cast_once(v: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """float64 ``v`` rounded once (to nearest even) to ``dtype``: numpy's float16/float32 casts do that;
+    ml_dtypes' casts from float64 go through float32 (rounding twice), so ml_dtypes targets are rounded
+    by fp8sim's kernel to their format and then converted exactly."""
+    if dtype.kind == "f":
+        return v.astype(dtype)
+    fmt = next((f for f in CATALOGUE.values() if f.ml_dtype is not None and np.dtype(f.ml_dtype) == dtype), None)
+    if fmt is None:
+        raise TypeError(
+            f"dequantize: dtype must be a float dtype (float64, float32, float16) or an ml_dtypes float type "
+            f"of a catalogue format (e.g. bfloat16), got {dtype}"
+        )
+    from .rounding import round as _round
+
+    return _round(v, fmt).astype(dtype)  # exact: the values are already values of fmt
+
+
 # =====================================================================
 # QuantizedTensor
 # =====================================================================
@@ -1486,7 +1619,9 @@ class QuantizedTensor:
 
     def dequantize(self, dtype=None) -> np.ndarray:
         """``decode(codes) * scale * global_scale``, computed exactly in float64 then rounded
-        once to ``dtype`` (default: the original dtype)."""
+        once (to nearest even) to ``dtype`` (default: the original dtype): a float dtype or an
+        ml_dtypes type of a catalogue format such as bfloat16 (which is rounded by fp8sim, not by
+        ml_dtypes' cast, which goes through float32); other dtypes raise TypeError."""
         dtype = np.dtype(self.dtype if dtype is None else dtype)
         B, M, N, bm, bn = self._view if self._view is not None else _view_of(self.granularity, self.shape)
         table = decode_table(self.format)
@@ -1500,7 +1635,7 @@ class QuantizedTensor:
             float(self.global_scale),
             out,
         )
-        return out.reshape(self.shape).astype(dtype)
+        return _cast_once(out.reshape(self.shape), dtype)
 
     @property
     def nbytes(self) -> int:
@@ -1520,20 +1655,11 @@ class QuantizedTensor:
 # quantize
 # =====================================================================
 def _input(x) -> tuple[np.ndarray, np.dtype]:
-    arr = np.asarray(x)
-    dt = arr.dtype
+    # the rule of fp8sim._inputs: float32/float64 as they are, float16/bfloat16 exactly to float32
+    arr, dt = float_input(x, "fp8sim.quantize")
     if arr.ndim == 0:
         raise ValueError("quantize: x must have at least 1 dimension, got a scalar")
-    if dt == np.dtype(ml_dtypes.bfloat16):
-        return np.ascontiguousarray(arr.astype(np.float32)), dt
-    if dt.kind == "f" and dt.itemsize in (4, 8):
-        if not dt.isnative:
-            arr = arr.astype(dt.newbyteorder("="))
-        return np.ascontiguousarray(arr), arr.dtype
-    raise TypeError(
-        f"fp8sim.quantize: x must be a float32, float64 or bfloat16 array, got dtype {dt}; "
-        "convert it explicitly -- nothing is cast silently"
-    )
+    return np.ascontiguousarray(arr), dt
 
 
 def _policy(g: Granularity, fmt: Format, scale_format, scale_rounding, margin):
@@ -1574,6 +1700,13 @@ def _policy(g: Granularity, fmt: Format, scale_format, scale_rounding, margin):
             sr = sr.lower()
     kind = _KIND[sf]
     rnd = _ROUNDING.get(sr or "", 0)
+    # 2**margin must be a normal value of the scale format (for nvfp4: of the float32 tensor scale)
+    m_lo, m_hi = (-127, 127) if kind == _E8M0 else (-126, 127)
+    if not m_lo <= margin <= m_hi:
+        raise ValueError(
+            f"margin must be an int in {m_lo}..{m_hi} for {'nvfp4 (float32 tensor scale)' if kind == _E4M3 else sf} "
+            f"scales (2**margin a normal scale), got {margin}"
+        )
     if kind == _BF16:
         smin, smax, emin_s, emax_s = 2.0**-126, BF16.max, -126, 127
     elif kind == _E4M3:
@@ -1631,9 +1764,12 @@ def quantize(
 
     Parameters
     ----------
-    x : float32, float64 or ml_dtypes.bfloat16 array of 1 or more dims
+    x : float32, float64, float16 or ml_dtypes.bfloat16 array of 1 or more dims (float16 and
+        bfloat16 are converted to float32 exactly; other dtypes raise TypeError)
         (dimensions before the last two are batch dimensions)
-    fmt : element format (``"e4m3"``, ``"e5m2"``, ``"e2m1"``, ...)
+    fmt : element format (``"e4m3"``, ``"e5m2"``, ``"e2m1"``, ``"e5m6"``, a custom
+        :class:`~fp8sim.Format`, ...): signed, with zero, at most 16 bits (codes are uint8 for
+        formats of up to 8 bits, uint16 for wider ones such as E5M6)
     granularity : a :class:`Granularity` or its name: ``"tensor"``, ``"row"``,
         ``"col"``, ``"1x128"``, ``"128x128"``, ``"g32"``, ``"mx32"``,
         ``"nvfp4"``, ``"delayed"`` (see the module docstring for layouts)
@@ -1644,7 +1780,8 @@ def quantize(
         otherwise; must be None for fp32 scales
     mode : element rounding mode (as :func:`fp8sim.round`; ``"sr"`` needs ``seed``)
     saturate : clamp overflow and +-inf to +-max (default True)
-    margin : int; scales are multiplied by ``2**margin``
+    margin : int; scales are multiplied by ``2**margin`` (-126..127, -127..127 for e8m0
+        scales: 2**margin a normal scale; other values raise ValueError)
     amax : optional amax to use instead of measuring ``x``: a scalar or an
         array broadcastable to the scales' shape (for NVFP4: the tensor amax)
     seed : int or numpy Generator for stochastic rounding
@@ -1654,10 +1791,15 @@ def quantize(
     -------
     :class:`QuantizedTensor` with ``x ~= decode(codes) * scales (expanded) * global_scale``.
     """
+    saturate = flag(saturate, "fp8sim.quantize", "saturate")
+    ignore_nan = flag(ignore_nan, "fp8sim.quantize", "ignore_nan")
     g = _as_granularity(granularity)
     fmt = _lookup_format(fmt)
-    if fmt.bits > 8:
-        raise ValueError(f"quantize: element format must have at most 8 bits, got {fmt.name} ({fmt.bits} bits)")
+    if fmt.bits > 16:
+        raise ValueError(
+            f"quantize: element format must have at most 16 bits (codes are uint8 or uint16), "
+            f"got {fmt.name} ({fmt.bits} bits)"
+        )
     if not fmt.signed or not fmt.subnormals:
         raise ValueError(f"quantize: element format must be signed with zero, got {fmt.name}")
     m = _mode(mode)
@@ -1672,16 +1814,26 @@ def quantize(
     nbm, nbn = -(-M // bm), -(-N // bn)
     sf, sr, sp = _policy(g, fmt, scale_format, scale_rounding, margin)
     p = _params(fmt, m, bool(saturate), False, 52)[1]
-    if fmt.nan is NanStyle.NONE and (ignore_nan or amax is not None) and np.isnan(xc).any():
+    scale_from_x = not (ignore_nan or amax is not None or isinstance(g, DelayedScaling))
+    if fmt.nan is NanStyle.NONE and not scale_from_x and np.isnan(xc).any():
         raise ValueError(
             f"format {fmt.name} has no NaN: NaN elements cannot be encoded "
-            "(with ignore_nan=False a NaN makes its whole block's scale NaN instead)"
+            "(with ignore_nan=False and a measured amax a NaN makes its whole block's scale NaN instead)"
         )
     mode_arg = np.int64(m)
     fast = _fast_params(fmt, bool(saturate)) if xc.dtype == np.float32 and m == K.RNE else None
     use_fast = fast is not None
     fp = fast if fast is not None else _NO_FAST
-    use_tab = bool(xc.dtype == np.float32 and m != K.SR and fmt.mbits <= 6 and float32_kernel_ok(fmt) and not use_fast)
+    # (the table path re-rounds float32 quotients to odd, on the float32 subnormal grid 2**-149 at worst:
+    # the format's finest spacing must be 2**-147 or coarser for that to round once)
+    use_tab = bool(
+        xc.dtype == np.float32
+        and m != K.SR
+        and fmt.mbits <= 6
+        and float32_kernel_ok(fmt)
+        and fmt.emin - fmt.mbits >= -147
+        and not use_fast
+    )
     tab = _memo_table(fmt, m, p, True) if use_tab else _NO_TABLE
     x3 = xc.reshape(B, M, N)
     codes = _buffers.empty((B, M, N), fmt.code_dtype)  # large ones are reused once dropped (see _buffers)

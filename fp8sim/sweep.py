@@ -26,9 +26,23 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
-__all__ = ["run", "granularity_task", "granularity_params", "SCHEDULERS"]
+__all__ = ["run", "granularity_task", "granularity_params", "check_scheduler", "SchedulerError", "SCHEDULERS"]
 
 SCHEDULERS = ("serial", "local", "tcp://HOST:PORT")
+
+
+class SchedulerError(ConnectionError):
+    """No dask scheduler answered at the given address within the connection timeout."""
+
+
+def check_scheduler(scheduler: str | None) -> str:
+    """``scheduler`` if it is ``"serial"``, ``"local"`` or an address ``PROTOCOL://HOST:PORT``; else ValueError."""
+    scheduler = scheduler or "local"
+    if not isinstance(scheduler, str) or not (
+        scheduler in ("serial", "local") or ("://" in scheduler and scheduler.split("://", 1)[1])
+    ):
+        raise ValueError(f"unknown scheduler {scheduler!r}; use one of {', '.join(SCHEDULERS)}")
+    return scheduler
 
 
 def run(
@@ -38,12 +52,19 @@ def run(
     scheduler: str | None = "local",
     workers: int | None = None,
     progress: bool = False,
+    connect_timeout: float = 10.0,
 ) -> list[dict]:
-    """Run ``task(p)`` for every ``p`` in ``params``; return the results in order."""
+    """Run ``task(p)`` for every ``p`` in ``params``; return the results in order.
+
+    The scheduler name and ``workers`` are checked first (ValueError), and a scheduler address must
+    answer within ``connect_timeout`` seconds (else :class:`SchedulerError`), before any task is sent.
+    """
     params = list(params)
+    scheduler = check_scheduler(scheduler)
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise ValueError(f"workers must be a positive integer or None, got {workers!r}")
     if not params:
         return []
-    scheduler = scheduler or "local"
     if scheduler == "serial":
         return [task(p) for p in _progress(params, progress)]
     try:
@@ -54,11 +75,14 @@ def run(
         n = workers or os.cpu_count() or 1
         cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None)
         client = Client(cluster)
-    elif isinstance(scheduler, str) and "://" in scheduler:
-        cluster = None
-        client = Client(scheduler)
     else:
-        raise ValueError(f"unknown scheduler {scheduler!r}; use one of {', '.join(SCHEDULERS)}")
+        cluster = None
+        try:
+            client = Client(scheduler, timeout=connect_timeout)
+        except OSError as e:
+            raise SchedulerError(
+                f"no dask scheduler answered at {scheduler} within {connect_timeout:g} s ({e})"
+            ) from None
     try:
         futures = client.map(task, params, pure=False)
         index = {f.key: i for i, f in enumerate(futures)}
@@ -87,7 +111,38 @@ def granularity_params(
     seeds=(0,),
     sizes=((256, 1024),),
 ) -> list[dict]:
-    """The cross product of the sweep's axes as task parameters."""
+    """The cross product of the sweep's axes as task parameters.
+
+    Every axis is checked first, so that a bad value fails here and not in a task after the
+    others ran: known distributions, formats the quantizer accepts as elements (signed, at most
+    16 bits), granularity names, seeds >= 0, sizes of two positive ints; no axis empty.
+    """
+    from .formats import format as _format
+    from .scaling import granularity as _granularity
+    from .studies.granularity import DISTRIBUTIONS
+
+    axes = {"distributions": distributions, "formats": formats, "granularities": granularities, "seeds": seeds}
+    axes["sizes"] = sizes
+    for name, v in axes.items():
+        if isinstance(v, str) or not len(list(v)):
+            raise ValueError(f"{name}: expected a non-empty list, got {v!r}")
+    bad = [d for d in distributions if d not in DISTRIBUTIONS]
+    if bad:
+        raise ValueError(f"unknown distribution(s) {', '.join(map(repr, bad))}; known: {', '.join(DISTRIBUTIONS)}")
+    for f in formats:
+        fmt = _format(f)
+        if not fmt.signed or fmt.bits > 16:
+            raise ValueError(
+                f"format {fmt.name!r} cannot hold quantized elements (needs a signed format of <= 16 bits)"
+            )
+    for g in granularities:
+        _granularity(g)
+    for sd in seeds:
+        if isinstance(sd, bool) or not isinstance(sd, (int, np.integer)) or sd < 0:
+            raise ValueError(f"seeds must be integers >= 0, got {sd!r}")
+    for sz in sizes:
+        if len(sz) != 2 or not all(isinstance(n, (int, np.integer)) and not isinstance(n, bool) and n > 0 for n in sz):
+            raise ValueError(f"sizes must be pairs of positive integers (rows, cols), got {sz!r}")
     return [
         {"distribution": d, "format": f, "granularity": g, "seed": int(s), "rows": int(m), "cols": int(n)}
         for d, f, g, s, (m, n) in itertools.product(distributions, formats, granularities, seeds, sizes)

@@ -32,14 +32,18 @@ Public functions: :func:`mma`, :func:`matmul`, :func:`get_model`,
 
 from __future__ import annotations
 
+import functools
 import math
+import operator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 from numba import njit, prange
 
-from .formats import Format
+from ._names import close_matches, unknown_name_error
+from .formats import Format, UnknownNameError
 from .formats import format as _get_format
 from .rounding import decode as _decode
 
@@ -52,13 +56,27 @@ __all__ = [
     "matmul",
     "verify_capture",
     "load_capture",
+    "capture_kind",
+    "CaptureError",
+    "NotTensorCoreCaptureError",
 ]
 
+_BF16 = np.dtype(ml_dtypes.bfloat16)
 K_INSTR = 32  # products per FP8 MMA instruction (m*n*k32 shapes)
 
 _ROUNDING = {"rz": 0, "rne": 1, "rd": 2, "ru": 3}
 _KINDS = {"fused": 0, "exact": 1, "fp32": 2}
 _OUTPUTS = {"f32": (23, -126, 127), "f16": (10, -14, 15)}
+
+
+def _int_field(key: str, value: Any) -> int:
+    """``value`` as a Python int; floats (even integral ones), bools and strings are refused."""
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{key} must be an integer, got the bool {value!r}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{key} must be an integer, got {value!r} ({type(value).__name__})") from None
 
 
 @dataclass(frozen=True)
@@ -125,35 +143,68 @@ class AccumulatorModel:
     description: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
-        if self.kind not in _KINDS:
-            raise ValueError(f"kind must be one of {list(_KINDS)}, got {self.kind!r}")
-        if not isinstance(self.block, int) or self.block < 1 or K_INSTR % self.block:
-            raise ValueError(f"block must divide {K_INSTR}, got {self.block!r}")
-        if not 0 <= self.frac_bits <= 40:
-            raise ValueError(f"frac_bits must be in 0..40, got {self.frac_bits!r}")
-        if self.align_rounding not in ("rz", "rd"):
-            raise ValueError(f"align_rounding must be 'rz' or 'rd', got {self.align_rounding!r}")
-        if self.out_rounding not in _ROUNDING:
-            raise ValueError(f"out_rounding must be one of {list(_ROUNDING)}, got {self.out_rounding!r}")
-        if self.output not in _OUTPUTS:
-            raise ValueError(f"output must be 'f32' or 'f16', got {self.output!r}")
-        if not 0 <= self.out_frac_bits <= _OUTPUTS[self.output][0]:
-            raise ValueError(f"out_frac_bits must be in 0..{_OUTPUTS[self.output][0]}, got {self.out_frac_bits!r}")
-        if self.product_exponent not in ("nominal", "normalized"):
-            raise ValueError(f"product_exponent must be 'nominal' or 'normalized', got {self.product_exponent!r}")
-        if self.subnormal_exponent not in ("clamp", "normalize", "fp16"):
+        if not isinstance(self.name, str):
+            raise TypeError(f"name must be a string, got {type(self.name).__name__}")
+        self._check_name("kind", list(_KINDS))
+        block = _int_field("block", self.block)
+        if block < 1 or K_INSTR % block:
+            raise ValueError(f"block must be a divisor of {K_INSTR} (1, 2, 4, 8, 16 or 32), got {self.block!r}")
+        frac_bits = _int_field("frac_bits", self.frac_bits)
+        if not 0 <= frac_bits <= 40:
+            raise ValueError(f"frac_bits must be an integer in 0..40, got {self.frac_bits!r}")
+        self._check_name("align_rounding", ["rz", "rd"])
+        self._check_name("out_rounding", list(_ROUNDING))
+        self._check_name("output", list(_OUTPUTS))
+        out_frac_bits = _int_field("out_frac_bits", self.out_frac_bits)
+        top = _OUTPUTS[self.output][0]
+        if not 0 <= out_frac_bits <= top:
             raise ValueError(
-                f"subnormal_exponent must be 'clamp', 'normalize' or 'fp16', got {self.subnormal_exponent!r}"
+                f"out_frac_bits must be an integer in 0..{top} for output {self.output!r}, got {self.out_frac_bits!r}"
             )
+        self._check_name("product_exponent", ["nominal", "normalized"])
+        self._check_name("subnormal_exponent", ["clamp", "normalize", "fp16"])
+        ko = None
         if self.k_order is not None:
-            ko = tuple(int(k) for k in self.k_order)
+            if isinstance(self.k_order, (str, bytes)) or not hasattr(self.k_order, "__iter__"):
+                raise TypeError(f"k_order must be a sequence of {K_INSTR} integers or None, got {self.k_order!r}")
+            items = list(self.k_order)
+            if any(isinstance(k, (bool, np.bool_)) for k in items):
+                raise TypeError(f"k_order must hold integers, got {self.k_order!r}")
+            try:
+                ko = tuple(operator.index(k) for k in items)
+            except TypeError:
+                raise TypeError(f"k_order must hold integers, got {self.k_order!r}") from None
             if sorted(ko) != list(range(K_INSTR)):
                 raise ValueError(f"k_order must be a permutation of 0..{K_INSTR - 1}, got {self.k_order!r}")
-            object.__setattr__(self, "k_order", ko)
-        if self.c_mode not in ("fused", "separate"):
-            raise ValueError(f"c_mode must be 'fused' or 'separate', got {self.c_mode!r}")
-        if self.zero_sign not in ("positive", "ieee"):
-            raise ValueError(f"zero_sign must be 'positive' or 'ieee', got {self.zero_sign!r}")
+        self._check_name("c_mode", ["fused", "separate"])
+        self._check_name("zero_sign", ["positive", "ieee"])
+        nan_bits = _int_field("nan_bits", self.nan_bits)
+        if not (0 <= nan_bits < 2**32 and (nan_bits >> 23) & 0xFF == 0xFF and nan_bits & 0x7FFFFF):
+            raise ValueError(
+                f"nan_bits must be the bit pattern of a float32 NaN (exponent bits all ones, mantissa not 0, "
+                f"e.g. 0x7fffffff), got {self.nan_bits!r}" + (f" = 0x{nan_bits:08x}" if 0 <= nan_bits < 2**32 else "")
+            )
+        if not isinstance(self.validated, (bool, np.bool_)):
+            raise TypeError(f"validated must be True or False, got {self.validated!r}")
+        if not isinstance(self.description, str):
+            raise TypeError(f"description must be a string, got {type(self.description).__name__}")
+        # store plain Python values (numpy integers are accepted, and compare equal)
+        for key, value in (
+            ("block", block),
+            ("frac_bits", frac_bits),
+            ("out_frac_bits", out_frac_bits),
+            ("nan_bits", nan_bits),
+            ("k_order", ko),
+            ("validated", bool(self.validated)),
+        ):
+            object.__setattr__(self, key, value)
+
+    def _check_name(self, key: str, known: list[str]) -> None:
+        value = getattr(self, key)
+        if not isinstance(value, str):
+            raise TypeError(f"{key} must be one of {known}, got {value!r} ({type(value).__name__})")
+        if value not in known:
+            raise unknown_name_error(f"{key}", value, known, where="AccumulatorModel")
 
     def summary(self) -> dict:
         return asdict(self)
@@ -289,22 +340,41 @@ def model_names() -> list[tuple[str, str]]:
     return list(PRESETS)
 
 
-def get_model(instruction="wgmma", arch: str = "sm90") -> AccumulatorModel:
-    """Return the preset for ``instruction`` on ``arch`` (a model is returned as is)."""
+def get_model(instruction: str | AccumulatorModel = "wgmma", arch: str = "sm90") -> AccumulatorModel:
+    """Return the preset for ``instruction`` on ``arch`` (a model is returned as is).
+
+    An unknown instruction or arch raises :class:`~fp8sim.formats.UnknownNameError` (a
+    ``ValueError``) naming the closest known names and every (instruction, arch) preset.
+    """
     if isinstance(instruction, AccumulatorModel):
         return instruction
     if not isinstance(instruction, str):
         raise TypeError(f"instruction must be a name or an AccumulatorModel, got {type(instruction).__name__}")
+    if not isinstance(arch, str):
+        raise TypeError(f"arch must be a name such as 'sm90', got {type(arch).__name__}")
     key = instruction.strip().lower()
+    arch_key = arch.strip().lower()
     if key in ("exact", "fp32"):
-        arch = "any"
-    try:
-        return PRESETS[(str(arch).lower(), key)]
-    except KeyError:
-        known = ", ".join(f"{i!r} (arch {a!r})" for a, i in PRESETS)
-        raise ValueError(
-            f"no accumulator model for instruction {instruction!r} on arch {arch!r}; known: {known}"
-        ) from None
+        arch_key = "any"
+    model = PRESETS.get((arch_key, key))
+    if model is not None:
+        return model
+    known = ", ".join(f"{i!r} (arch {a!r})" for a, i in PRESETS)
+    instrs = sorted({i for _, i in PRESETS})
+    archs = sorted({a for a, _ in PRESETS if a != "any"})
+    if key not in instrs:
+        hint = close_matches(key, instrs)
+        what = f"unknown instruction {instruction!r}"
+    elif arch_key not in archs:
+        hint = close_matches(arch_key, archs)
+        what = f"unknown arch {arch!r}"
+    else:
+        hint = [a for a, i in PRESETS if i == key]
+        what = f"instruction {instruction!r} has no preset for arch {arch!r}"
+    msg = f"no accumulator model for instruction {instruction!r} on arch {arch!r} ({what})"
+    if hint:
+        msg += f"; did you mean {' or '.join(map(repr, hint))}?"
+    raise UnknownNameError(f"{msg}; known: {known}")
 
 
 # ------------------------------------------------------------ code tables
@@ -721,19 +791,40 @@ def _fmt8(name, which: str) -> Format:
     return f
 
 
+def _batch_shape(a: np.ndarray, b: np.ndarray, c: np.ndarray | None) -> tuple[int, ...]:
+    shapes = [a.shape[:-2], b.shape[:-2]] + ([c.shape[:-2]] if c is not None else [])
+    try:
+        return tuple(np.broadcast_shapes(*shapes))
+    except ValueError:
+        names = "a, b" + (", c" if c is not None else "")
+        raise ValueError(
+            f"the batch dimensions of {names} do not broadcast: {', '.join(map(str, shapes))} "
+            f"(shapes a {a.shape}, b {b.shape}" + (f", c {c.shape})" if c is not None else ")")
+        ) from None
+
+
 def _run(a, b, c, a_format, b_format, model: AccumulatorModel, promote: int) -> np.ndarray:
     fa_ = _fmt8(a_format, "a_format")
     fb_ = _fmt8(b_format, "b_format")
     M, K = a.shape[-2:]
     N = b.shape[-1]
-    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2], c.shape[:-2] if c is not None else ())
-    a3 = np.ascontiguousarray(np.broadcast_to(a, batch + (M, K))).reshape((-1, M, K))
-    b3 = np.ascontiguousarray(np.swapaxes(np.broadcast_to(b, batch + (K, N)).reshape((-1, K, N)), 1, 2))
+    batch = _batch_shape(a, b, c)
+    nb = math.prod(batch)
+    if nb * M * N == 0:  # nothing to compute (reshape(-1, ...) cannot size an empty array)
+        return np.zeros(batch + (M, N), np.float32)
+    if K == 0:  # no instruction at all: D = C exactly (IEEE: NaN payloads kept), or +0 without C
+        if c is None:
+            return np.zeros(batch + (M, N), np.float32)
+        return np.array(np.broadcast_to(c, batch + (M, N)), dtype=np.float32)
+    a3 = np.ascontiguousarray(np.broadcast_to(a, batch + (M, K))).reshape((nb, M, K))
+    b3 = np.ascontiguousarray(np.swapaxes(np.broadcast_to(b, batch + (K, N)).reshape((nb, K, N)), 1, 2))
     if c is None:
-        c3 = np.zeros((a3.shape[0], M, N), np.float64)
+        c3 = np.zeros((nb, M, N), np.float64)
     else:
-        c3 = np.broadcast_to(c, batch + (M, N)).reshape((-1, M, N)).astype(np.float64)
-        if model.output == "f16":
+        c3 = np.broadcast_to(c, batch + (M, N)).reshape((nb, M, N)).astype(np.float64)
+        if model.output == "f16" and promote <= 0:
+            # C is the initial tensor-core accumulator, held in fp16; with promotion C is the
+            # initial value of the separate fp32 accumulator and keeps its fp32 value
             with np.errstate(over="ignore"):
                 c3 = c3.astype(np.float16).astype(np.float64)
     # one numba signature for every call: C-contiguous, writeable, aligned arrays
@@ -741,7 +832,7 @@ def _run(a, b, c, a_format, b_format, model: AccumulatorModel, promote: int) -> 
     a3, b3, c3 = np.require(a3, requirements=req), np.require(b3, requirements=req), np.require(c3, requirements=req)
     tA = _code_table(fa_, model.subnormal_exponent)
     tB = _code_table(fb_, model.subnormal_exponent)
-    out = np.empty((a3.shape[0], M, N), np.float64)
+    out = np.empty((nb, M, N), np.float64)
     with np.errstate(all="ignore"):
         _matmul_kernel(
             a3,
@@ -771,10 +862,15 @@ def _run(a, b, c, a_format, b_format, model: AccumulatorModel, promote: int) -> 
 
 
 def _check_c(c, M, N):
+    if c is None:
+        raise TypeError("c is required for mma (a float32 array (..., M, N); zeros for D = A @ B)")
     c = np.asarray(c)
     if c.dtype != np.float32:
-        if c.dtype.kind != "f":
-            raise TypeError(f"c must be a float32 array, got dtype {c.dtype}")
+        if c.dtype.kind != "f" and c.dtype != _BF16:
+            raise TypeError(
+                f"c must be a float32 array (float64, float16 or bfloat16 holding float32 values are "
+                f"converted exactly), got dtype {c.dtype}"
+            )
         c32 = c.astype(np.float32)
         if not np.array_equal(c32.astype(c.dtype), c, equal_nan=True):
             raise ValueError("c must hold float32 values (got values that are not exactly float32)")
@@ -833,6 +929,8 @@ def matmul(
     the initial tensor-core accumulator).
 
     Shapes: a (..., M, K), b (..., K, N), c (..., M, N) float32; K a multiple of 32.
+    Empty shapes work: M = 0 or N = 0 give an empty (..., M, N) result, K = 0 gives C
+    unchanged (zeros without C).
     """
     model = get_model(instruction, arch)
     a = _check_codes(a, "a")
@@ -840,12 +938,19 @@ def matmul(
     K = a.shape[-1]
     if b.shape[-2] != K:
         raise ValueError(f"inner dimensions differ: a has K={K}, b has K={b.shape[-2]}")
-    if K % K_INSTR or K == 0:
-        raise ValueError(f"K must be a positive multiple of 32, got {K}")
+    if K % K_INSTR:
+        raise ValueError(f"K must be a multiple of 32 (one instruction per 32 elements), got {K}")
     promote = 0
     if promote_every is not None:
-        promote = int(promote_every)
-        if promote != promote_every or promote <= 0 or promote % K_INSTR:
+        if isinstance(promote_every, (bool, np.bool_)):
+            raise TypeError(f"promote_every must be None or a positive multiple of 32, got {promote_every!r}")
+        try:
+            promote = operator.index(promote_every)
+        except TypeError:
+            raise TypeError(
+                f"promote_every must be None or a positive multiple of 32 (an integer), got {promote_every!r}"
+            ) from None
+        if promote <= 0 or promote % K_INSTR:
             raise ValueError(f"promote_every must be a positive multiple of 32, got {promote_every!r}")
     if c is not None:
         c = _check_c(c, a.shape[-2], b.shape[-1])
@@ -853,60 +958,199 @@ def matmul(
 
 
 # ---------------------------------------------------------- capture scoring
+class CaptureError(ValueError):
+    """A file that cannot be scored: unreadable, not an .npz archive, or a capture with
+    missing keys, wrong shapes or dtypes, or no outputs (the message says which)."""
+
+
+class NotTensorCoreCaptureError(CaptureError):
+    """A readable hardware capture of another kind (the GEMM oracle's ``gemm_sm90.npz``, the
+    conversion sweep ``cvt_sm90.npz``): :attr:`kind` names it, the message says how it is checked."""
+
+    def __init__(self, message: str, kind: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def _where(path_or_npz) -> str:
+    return "capture" if isinstance(path_or_npz, dict) else str(path_or_npz)
+
+
 def load_capture(path_or_npz) -> dict:
-    """Load a capture (.npz written by ``python -m gpu.capture``) into a dict."""
+    """Load a capture (.npz written by ``python -m gpu.capture``, ``gpu.characterize --save``,
+    ``gpu.gemm`` or ``gpu.cvt_sweep``) into a dict, ``meta`` parsed from its JSON.
+
+    A dict is returned as is.  A missing file raises ``FileNotFoundError``; a file that is not an
+    .npz archive, holds pickled objects or has no readable ``meta`` raises :class:`CaptureError`.
+    """
     import json
+    import os
+    import zipfile
 
     if isinstance(path_or_npz, dict):
         return path_or_npz
-    with np.load(path_or_npz, allow_pickle=False) as z:
-        d = {k: z[k] for k in z.files}
+    where = str(path_or_npz)
+    if isinstance(path_or_npz, (str, os.PathLike)):
+        if not os.path.exists(path_or_npz):
+            raise FileNotFoundError(f"no such file: {where}")
+        if os.path.isdir(path_or_npz):
+            raise CaptureError(f"{where}: is a directory, not an .npz capture")
+        try:
+            with open(path_or_npz, "rb") as fh:
+                head = fh.read(6)
+        except OSError as e:
+            raise CaptureError(f"{where}: cannot be read ({e})") from None
+        if head[:6] == b"\x93NUMPY":
+            raise CaptureError(f"{where}: not an .npz capture (a single .npy array; captures are .npz archives)")
+        if head[:4] not in (b"PK\x03\x04", b"PK\x05\x06"):
+            what = "an empty file" if not head else f"not a zip archive: it starts with {head!r}"
+            raise CaptureError(f"{where}: not an .npz capture ({what})")
+    try:
+        z = np.load(path_or_npz, allow_pickle=False)
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
+        raise CaptureError(f"{where}: not an .npz capture (numpy cannot read it: {e})") from None
+    if not isinstance(z, np.lib.npyio.NpzFile):
+        raise CaptureError(f"{where}: not an .npz capture (a single .npy array of shape {np.shape(z)})")
+    try:
+        with z:
+            d: dict[str, Any] = {k: z[k] for k in z.files}
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile, KeyError) as e:
+        raise CaptureError(f"{where}: damaged .npz archive ({e})") from None
     meta = d.get("meta")
-    d["meta"] = json.loads(str(meta)) if meta is not None else {}
+    if meta is None:
+        d["meta"] = {}
+        return d
+    if meta.ndim != 0 or meta.dtype.kind not in "US":
+        raise CaptureError(
+            f"{where}: 'meta' must be a JSON string, got an array of dtype {meta.dtype}, shape {meta.shape}"
+        )
+    try:
+        d["meta"] = json.loads(str(meta))
+    except ValueError as e:
+        raise CaptureError(f"{where}: 'meta' is not valid JSON ({e})") from None
     return d
 
 
+def capture_kind(cap: dict) -> str:
+    """The kind of a loaded capture: ``"mma"`` (single instructions, ``gpu.capture``),
+    ``"chain"`` (K-long tile loops), ``"probes"`` (``gpu.characterize --save``), ``"gemm"``
+    (``gpu.gemm``), ``"cvt"`` (``gpu.cvt_sweep``) or ``"unknown"``."""
+    meta = cap.get("meta")
+    if isinstance(meta, dict):
+        if "e4m3_starts" in cap or "e5m2_starts" in cap or "instructions" in meta:
+            return "cvt"
+        kind = meta.get("kind", "mma")
+        if kind in ("mma", "chain") and ("a_format" in meta or "d" in cap):
+            return str(kind)
+        return "unknown"
+    if isinstance(meta, list) and meta and all(isinstance(m, dict) for m in meta):
+        if "A0" in cap or all("labels" in m for m in meta):
+            return "probes"
+        if any(k.endswith("/d") for k in cap) or all("checksum" in m for m in meta):
+            return "gemm"
+    return "unknown"
+
+
+_OTHER_KINDS = {
+    "gemm": "GEMM capture of gpu.gemm (sampled rows of whole FP8 GEMMs); tests/test_gemm.py "
+    "regenerates its operands and reproduces it (python3 -m pytest tests/test_gemm.py -k gpu_gemm)",
+    "cvt": "conversion sweep of gpu.cvt_sweep (cvt.rn.satfinite over all 2**32 inputs); check it with "
+    "PYTHONPATH=. python -m gpu.cvt_sweep --check FILE",
+}
+
+
 def _bits_equal(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Equal float32 bit patterns, any NaN matching any NaN (used by the probe fitter of
+    ``gpu.characterize``, where the NaN pattern is not one of the fitted parameters).
+    Verification uses :func:`_bits_identical`."""
     x = np.asarray(x, np.float32)
     y = np.asarray(y, np.float32)
     eq = x.view(np.uint32) == y.view(np.uint32)
     return eq | (np.isnan(x) & np.isnan(y))
 
 
-def verify_capture(path_or_npz, model=None, *, max_mismatches: int = 5) -> dict:
-    """Score the emulator against a hardware capture.
+def _bits_identical(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Identical float32 bit patterns, NaN sign and payload included (both must be float32)."""
+    return x.view(np.uint32) == y.view(np.uint32)
 
-    Returns a dict with ``match_rate``, ``n``, ``mismatches`` (count),
-    ``first_mismatches`` (list of dicts) and the capture's metadata.  NaN
-    matches NaN; otherwise bit patterns must agree.
+
+def _need(cap: dict, key: str, where: str, dtype, ndim: int, what: str) -> np.ndarray:
+    if key not in cap:
+        raise CaptureError(f"{where}: capture has no {key!r} ({what})")
+    x = cap[key]
+    if not isinstance(x, np.ndarray) or x.dtype != dtype:
+        got = x.dtype if isinstance(x, np.ndarray) else type(x).__name__
+        hint = " (hardware outputs are compared bit for bit and must be stored as float32)" if key[:1] in "dD" else ""
+        raise CaptureError(f"{where}: {key!r} must be {np.dtype(dtype).name} ({what}), got {got}{hint}")
+    if x.ndim != ndim:
+        raise CaptureError(f"{where}: {key!r} must have {ndim} dimensions ({what}), got shape {x.shape}")
+    return x
+
+
+def _meta_str(meta: dict, key: str, where: str, default: str | None = None) -> str:
+    v = meta.get(key, default)
+    if not isinstance(v, str):
+        raise CaptureError(f"{where}: meta[{key!r}] must be a string, got {v!r}")
+    return v
+
+
+def verify_capture(path_or_npz, model=None, *, max_mismatches: int = 5) -> dict:
+    """Score the emulator against a hardware capture, bit for bit.
+
+    Every output is compared as a float32 bit pattern, NaN included: a NaN must have the
+    hardware's sign and payload (the H200 writes 0x7fffffff, 0x7fffe000 for the fp16
+    accumulator), so any change of a stored output is detected.  Scores single-instruction
+    captures (``gpu.capture``), chained tile loops (``kind: "chain"``) and probe captures
+    (``gpu.characterize --save``).  ``model`` (a name or an :class:`AccumulatorModel`) replaces
+    the capture's own instruction.
+
+    Returns a dict with ``match_rate``, ``n``, ``mismatches`` (count), ``outputs`` (per stored
+    output), ``first_mismatches`` (list of dicts), ``kind`` and the capture's metadata.
+
+    Raises :class:`NotTensorCoreCaptureError` for a GEMM or conversion capture,
+    :class:`CaptureError` for a file that is not a readable capture (missing keys, wrong
+    dtypes or shapes, outputs not stored as float32, no outputs at all), and ``UnknownNameError``
+    for an unknown ``model``.
     """
+    if isinstance(max_mismatches, (bool, np.bool_)) or not isinstance(max_mismatches, (int, np.integer)):
+        raise TypeError(f"max_mismatches must be a non-negative integer, got {max_mismatches!r}")
+    if max_mismatches < 0:
+        raise ValueError(f"max_mismatches must be a non-negative integer, got {max_mismatches!r}")
+    if model is not None and not isinstance(model, (str, AccumulatorModel)):
+        raise TypeError(f"model must be None, a name or an AccumulatorModel, got {type(model).__name__}")
+    where = _where(path_or_npz)
     cap = load_capture(path_or_npz)
-    meta = cap["meta"]
-    instr = meta.get("instruction", "wgmma")
-    arch = meta.get("arch", "sm90")
-    if "a_format" not in meta or "a" not in cap or "d" not in cap:
-        raise ValueError("not a tensor-core capture (needs a, b, c, d and meta with a_format/b_format)")
-    fa_, fb_ = meta["a_format"], meta["b_format"]
-    a, b = cap["a"], cap["b"]
-    results = {}
-    total_n = 0
-    total_bad = 0
+    kind = capture_kind(cap)
+    if kind in _OTHER_KINDS:
+        raise NotTensorCoreCaptureError(f"{where}: not a tensor-core capture: {_OTHER_KINDS[kind]}", kind)
+    if kind == "unknown":
+        raise CaptureError(
+            f"{where}: not a tensor-core capture (needs a, b, c, d and meta with a_format/b_format, "
+            f"as python -m gpu.capture writes; keys found: {sorted(cap)})"
+        )
+    if model is not None:
+        model = get_model(model)  # an unknown name is the caller's error, before any file is read
     first: list[dict] = []
-    for key in sorted(k for k in cap if k == "d" or k.startswith("d_")):
-        if meta.get("kind", "mma") == "chain":
-            promote = None
-            if key != "d":
-                p = int(key.split("_", 1)[1].replace("promote", "") or 0)
-                promote = p or None
-            ref = matmul(
-                a, b, cap["c"], a_format=fa_, b_format=fb_, instruction=model or instr, arch=arch, promote_every=promote
+    results: dict[str, dict] = {}
+    if kind == "probes":
+        jobs, meta = _probe_jobs(cap, where, model)
+    else:
+        jobs, meta = _mma_jobs(cap, where, model, kind)
+    total_n = total_bad = 0
+    for key, run, hw in jobs:
+        try:
+            ref = run()
+        except CaptureError:
+            raise
+        except (ValueError, TypeError) as e:
+            raise CaptureError(f"{where}: cannot replay {key!r}: {e}") from None
+        if ref.shape != hw.shape:
+            raise CaptureError(
+                f"{where}: {key!r} has shape {hw.shape}, but its inputs give outputs of shape {ref.shape}"
             )
-        else:
-            ref = mma(a, b, cap["c"], a_format=fa_, b_format=fb_, instruction=model or instr, arch=arch)
-        hw = cap[key].astype(np.float32)
-        ok = _bits_equal(ref, hw)
-        n = ok.size
-        bad = int(n - ok.sum())
+        ok = _bits_identical(ref, hw)
+        n = int(ok.size)
+        bad = int(n - np.count_nonzero(ok))
         total_n += n
         total_bad += bad
         results[key] = {"n": n, "mismatches": bad}
@@ -923,11 +1167,87 @@ def verify_capture(path_or_npz, model=None, *, max_mismatches: int = 5) -> dict:
                         "model_bits": f"0x{int(ref.view(np.uint32)[idx]):08x}",
                     }
                 )
+    if total_n == 0:
+        raise CaptureError(f"{where}: the capture has no outputs (0 batches or empty arrays): nothing to verify")
     return {
-        "match_rate": (total_n - total_bad) / total_n if total_n else float("nan"),
+        "match_rate": (total_n - total_bad) / total_n,
         "n": total_n,
         "mismatches": total_bad,
         "outputs": results,
         "first_mismatches": first,
+        "kind": kind,
         "meta": meta,
     }
+
+
+def _mma_jobs(cap: dict, where: str, model: AccumulatorModel | None, kind: str):
+    meta = cap["meta"]
+    instr = model if model is not None else _meta_str(meta, "instruction", where, "wgmma")
+    arch = _meta_str(meta, "arch", where, "sm90")
+    fa_, fb_ = _meta_str(meta, "a_format", where), _meta_str(meta, "b_format", where)
+    nd = 2 if kind == "chain" else 3
+    shape = "(M, K)" if kind == "chain" else "(batches, M, 32)"
+    a = _need(cap, "a", where, np.uint8, nd, f"A's FP8 codes {shape}")
+    b = _need(cap, "b", where, np.uint8, nd, "B's FP8 codes " + ("(K, N)" if kind == "chain" else "(batches, 32, N)"))
+    c = _need(cap, "c", where, np.float32, nd, "the accumulator input C")
+    keys = sorted(k for k in cap if k == "d" or k.startswith("d_"))
+    if not keys:
+        raise CaptureError(f"{where}: capture has no 'd' (the hardware outputs)")
+    jobs = []
+    for key in keys:
+        hw = _need(cap, key, where, np.float32, nd, "hardware outputs")
+        if kind == "chain":
+            promote = None
+            if key != "d":
+                tail = key[len("d_") :]
+                num = tail[len("promote") :] if tail.startswith("promote") else ""
+                if not num.isdigit() or int(num) <= 0 or int(num) % K_INSTR:
+                    raise CaptureError(
+                        f"{where}: unknown output {key!r} (chained captures hold 'd' and 'd_promote<N>', "
+                        f"N a positive multiple of {K_INSTR})"
+                    )
+                promote = int(num)
+            run = functools.partial(
+                matmul, a, b, c, a_format=fa_, b_format=fb_, instruction=instr, arch=arch, promote_every=promote
+            )
+        else:
+            if key != "d":
+                raise CaptureError(f"{where}: unknown output {key!r} (single-instruction captures hold one 'd')")
+            run = functools.partial(mma, a, b, c, a_format=fa_, b_format=fb_, instruction=instr, arch=arch)
+        jobs.append((key, run, hw))
+    return jobs, meta
+
+
+def _probe_jobs(cap: dict, where: str, model: AccumulatorModel | None):
+    meta = cap["meta"]
+    jobs = []
+    for i, m in enumerate(meta):
+        for key in ("name", "instruction", "a_format", "b_format"):
+            _meta_str(m, key, where + f" (probe {i})")
+        A = _need(cap, f"A{i}", where, np.uint8, 2, "probe A codes (T, 32)")
+        B = _need(cap, f"B{i}", where, np.uint8, 2, "probe B codes (T, 32)")
+        C = _need(cap, f"C{i}", where, np.float32, 1, "probe accumulator inputs (T,)")
+        D = _need(cap, f"D{i}", where, np.float32, 1, "probe hardware outputs (T,)")
+        if not (A.shape[0] == B.shape[0] == C.shape[0] == D.shape[0]) or A.shape[1] != K_INSTR or B.shape[1] != K_INSTR:
+            raise CaptureError(
+                f"{where}: probe {i} ({m['name']}): shapes A {A.shape}, B {B.shape}, C {C.shape}, D {D.shape} "
+                f"do not fit (T, 32), (T, 32), (T,), (T,)"
+            )
+        instr = model if model is not None else m["instruction"]
+
+        def run(A=A, B=B, C=C, m=m, instr=instr):
+            d = mma(
+                A[:, None, :],
+                B[:, :, None],
+                C[:, None, None],
+                a_format=m["a_format"],
+                b_format=m["b_format"],
+                instruction=instr,
+            )
+            return d[:, 0, 0]
+
+        jobs.append((f"D{i} {m['name']} {m['a_format']}x{m['b_format']}", run, D))
+    ins = sorted({m["instruction"] for m in meta})
+    pairs = sorted({f"{m['a_format']}x{m['b_format']}" for m in meta})
+    summary = {"kind": "probes", "instruction": ",".join(ins), "formats": pairs, "probes": len(meta)}
+    return jobs, summary

@@ -14,14 +14,13 @@ import fp8sim
         np.array([1, 2], dtype=object),
         np.array([True]),
         np.array([1 + 2j]),
-        np.array([1.0], np.float16),
-        np.array([1.0], ml_dtypes.bfloat16),
+        np.array([1.0], ml_dtypes.float8_e4m3fn),
         ["a"],
     ],
 )
 @pytest.mark.parametrize("func", [fp8sim.round, fp8sim.encode])
-def test_non_float_input_is_rejected(func, x):
-    with pytest.raises(TypeError, match="float32 or float64"):
+def test_non_float_input_is_rejected(func, x):  # float16 / bfloat16: tests/test_inputs.py
+    with pytest.raises(TypeError, match="float32, float64, float16 or bfloat16"):
         func(x, "e4m3")
 
 
@@ -86,3 +85,18 @@ def test_input_not_modified():
     fp8sim.round(x, "e4m3")
     fp8sim.encode(x, "e4m3", "sr", seed=0)
     assert np.array_equal(x, c, equal_nan=True)
+
+
+@pytest.mark.parametrize(
+    "lookup, wrong, right",
+    [
+        (fp8sim.format, "e4m33", "e4m3"),
+        (fp8sim.format, "bfloat61", "bf16"),
+        (fp8sim.granularity, "1x12B", "1x128"),
+        (lambda m: fp8sim.round(1.0, "e4m3", m), "stochastik", "stochastic"),
+        (fp8sim.recipe, "deepseek-v33", "deepseek-v3"),
+    ],
+)
+def test_unknown_names_suggest_the_close_match(lookup, wrong, right):
+    with pytest.raises(fp8sim.UnknownNameError, match=f"did you mean '{right}'"):
+        lookup(wrong)

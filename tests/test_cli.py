@@ -17,7 +17,10 @@ else:  # pragma: no cover
 
 
 def run(capsys, *argv):
-    code = main(list(argv))
+    try:
+        code = main(list(argv))
+    except SystemExit as e:  # argparse's own usage errors (exit 2)
+        code = e.code
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -41,7 +44,7 @@ def test_round_json_matches_api(capsys):
     res = json.loads(out)["results"]
     assert code == 0
     assert [r["value"] for r in res[:2]] == fp8sim.round(np.array([0.1, -431.99999999999994]), "e4m3").tolist()
-    assert res[1]["code"] == "0xfd" and np.isnan(res[2]["value"])
+    assert res[1]["code"] == "0xfd" and res[2]["value"] == "nan"  # strict JSON: NaN as a string
     code, out, _ = run(capsys, "round", "1e6", "--format", "e4m3", "--saturate", "--json")
     assert json.loads(out)["results"][0]["value"] == 448.0
 
@@ -49,7 +52,8 @@ def test_round_json_matches_api(capsys):
 def test_round_bad_mode_and_value(capsys):
     assert run(capsys, "round", "1", "--mode", "banana")[0] == 2
     assert run(capsys, "round", "abc")[0] == 2
-    assert run(capsys, "round", "1", "--mode", "sr")[0] == 1  # needs --seed
+    code, _, err = run(capsys, "round", "1", "--mode", "sr")  # needs --seed: a usage error naming the option
+    assert code == 2 and "--mode sr needs --seed" in err
     with pytest.raises(SystemExit):
         main(["round"])  # argparse: values required
 
@@ -66,15 +70,17 @@ def test_verify_exit_codes(capsys, tmp_path):
 def test_report_quick(tmp_path, capsys):
     # the quick report as README runs it, with the training comparison cut to 4 steps to spare CI time
     (tmp_path / "cfg.toml").write_text("[training]\nsteps = 4\n")
+    out_dir = tmp_path / "report"
     code, out, _ = run(
-        capsys, "report", "--out", str(tmp_path), "--quick", "--quiet", "--config", str(tmp_path / "cfg.toml")
+        capsys, "report", "--out", str(out_dir), "--quick", "--quiet", "--config", str(tmp_path / "cfg.toml")
     )
     assert code == 0
-    summary = json.loads((tmp_path / "summary.json").read_text())
-    html = (tmp_path / "index.html").read_text()
+    summary = json.loads((out_dir / "summary.json").read_text())
+    html = (out_dir / "index.html").read_text()
     assert "data:image/png;base64," in html and "<h2>Formats</h2>" in html
     for f in summary["files"]:
-        assert (tmp_path / f).stat().st_size > 0
+        assert (out_dir / f).stat().st_size > 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cfg.toml", "report"]  # no partial folder left
     assert summary["sections"]["formats"]["e4m3"]["max"] == 448.0
     rn = summary["sections"]["rounding"]["e4m3/rne"]["mean_rel_error"]
     assert 0 < rn < 2.0**-4  # below the unit roundoff of E4M3
@@ -149,6 +155,13 @@ def test_report_config_selects_studies_and_options(tmp_path, capsys):
         ("[rounding]\nformats = ['e9m9']", "known formats: e4m3"),
         ("[training]\nrecipes = ['fp7']", "fp7"),
         ("[training]\nsteps = 0", "[training] steps: expected a positive integer, got 0"),
+        # each value is checked against what its study accepts (not only against the registry)
+        ("[granularity]\nformats = ['e8m0']", "'e8m0' not accepted: the granularity study quantizes"),
+        ("[granularity]\nformats = ['e2m1']", "known: e4m3, e5m2"),
+        ("[rounding]\nformats = ['e8m0']", "'e8m0' is an unsigned (scale-only) format"),
+        ("[accumulation]\nk_max = 64", "[accumulation] k_max: expected an integer >= 128, got 64"),
+        ("[granularity]\ngranularities = ['tensr']", "unknown 'tensr' (did you mean 'tensor'?)"),
+        ("[rounding]\nformats = ['e4m4']", "did you mean 'e4m3'"),
         ("[granularity]\nshape = [64]", "expected two positive integers"),
         ("studies = ['formats', 'speed']", "unknown 'speed'; known: formats, rounding"),
         ("[training\nsteps = 1", "is not valid TOML"),
@@ -182,13 +195,68 @@ def test_quantize_command(tmp_path, capsys):
     res = json.loads(out)
     q = fp8sim.quantize(x, "e4m3", "1x128")
     assert code == 0 and res["scales_shape"] == [16, 2]
-    assert res["sqnr_db"] == pytest.approx(fp8sim.metrics.sqnr_db(x, q.dequantize()), rel=0, abs=0)
+    assert res["sqnr_db"] == pytest.approx(fp8sim.metrics.sqnr_db(x, q.dequantize(np.float64)), rel=0, abs=0)
     with np.load(tmp_path / "q.npz") as z:
         assert np.array_equal(z["codes"], q.codes) and np.array_equal(z["scales"], q.scales)
     np.save(tmp_path / "i.npy", np.arange(4))
     assert run(capsys, "quantize", str(tmp_path / "i.npy"))[0] == 2
-    assert run(capsys, "quantize", str(tmp_path / "missing.npy"))[0] == 1
+    assert run(capsys, "quantize", str(tmp_path / "missing.npy"))[0] == 2  # a usage error naming the path
     assert run(capsys, "quantize", str(tmp_path / "x.npy"), "--granularity", "7q")[0] == 2
+
+
+def test_quantize_checks_paths_and_options_before_work(tmp_path, capsys):
+    x = np.random.default_rng(1).standard_normal((4, 64)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    np.savez(tmp_path / "z.npz", x=x)
+    (tmp_path / "afile").write_text("not a folder")
+    xs = str(tmp_path / "x.npy")
+    cases = [
+        ([str(tmp_path / "z.npz")], "expected a .npy file"),
+        ([str(tmp_path)], "is a folder, not a file"),
+        ([xs, "--out", str(tmp_path / "afile" / "q.npz")], "is a file, not a folder"),
+        ([xs, "--out", str(tmp_path)], "is a folder"),
+        ([xs, "--mode", "sr"], "--mode sr needs --seed"),
+        ([xs, "--mode", "sr", "--seed", "-5"], "--seed"),
+        ([xs, "-g", "1x128,,mx32"], "comma-separated list"),
+        ([xs, "-g", "1x128,mx32", "--out", str(tmp_path / "two.npz")], "one --granularity"),
+        ([xs, "-f", "e4m33"], "did you mean"),
+    ]
+    for args, message in cases:
+        code, _, err = run(capsys, "quantize", *args)
+        assert code == 2 and message in err, (args, err)
+    np.save(tmp_path / "s.npy", np.float32(3.0))
+    code, _, err = run(capsys, "quantize", str(tmp_path / "s.npy"))
+    assert code == 2 and "scalar" in err
+    # an existing --out is replaced only with --force; the path printed is the file written
+    (tmp_path / "q.npz").write_bytes(b"keep")
+    code, _, err = run(capsys, "quantize", xs, "--out", str(tmp_path / "q"))
+    assert code == 2 and "--force" in err and (tmp_path / "q.npz").read_bytes() == b"keep"
+    code, out, _ = run(capsys, "quantize", xs, "--out", str(tmp_path / "q"), "--force", "--json")
+    assert code == 0 and json.loads(out)["out"] == str(tmp_path / "q.npz")
+    with np.load(tmp_path / "q.npz") as z:
+        assert np.array_equal(z["codes"], fp8sim.quantize(x, "e4m3").codes)
+
+
+def test_quantize_defaults_and_granularity_lists(tmp_path, capsys):
+    x = np.random.default_rng(2).standard_normal((8, 256)).astype(np.float32) * 3
+    np.save(tmp_path / "x.npy", x)
+    xs = str(tmp_path / "x.npy")
+    # the CLI's default granularity is the API's (per tensor), with the same SQNR
+    code, out, _ = run(capsys, "quantize", xs, "--json")
+    res = json.loads(out)
+    assert code == 0 and res["granularity"] == fp8sim.quantize(x, "e4m3").granularity.name
+    assert res["sqnr_db"] == fp8sim.metrics.sqnr_db(x, fp8sim.quantize(x, "e4m3").dequantize(np.float64))
+    # nvfp4 alone defaults to E2M1 elements (the format NVFP4 is defined with)
+    code, out, _ = run(capsys, "quantize", xs, "-g", "nvfp4", "--json")
+    assert code == 0 and json.loads(out)["format"] == "e2m1"
+    # a comma list gives one result per granularity, each equal to its own run
+    code, out, _ = run(capsys, "quantize", xs, "-g", "tensor, 1x128,mx32", "--json")
+    rows = json.loads(out)
+    assert code == 0 and [r["granularity"] for r in rows] == [
+        fp8sim.quantize(x, "e4m3", g).granularity.name for g in ("tensor", "1x128", "mx32")
+    ]
+    for r, g in zip(rows, ("tensor", "1x128", "mx32")):
+        assert r["sqnr_db"] == fp8sim.metrics.sqnr_db(x, fp8sim.quantize(x, "e4m3", g).dequantize(np.float64))
 
 
 def _run_cli(args, stderr_tty: bool, tmp_path):
@@ -228,7 +296,7 @@ def _run_cli(args, stderr_tty: bool, tmp_path):
 @pytest.mark.skipif(sys.platform == "win32", reason="needs a pseudo-terminal")
 def test_progress_bar_only_on_a_terminal_and_not_with_quiet(tmp_path):
     (tmp_path / "c.json").write_text('{"studies": ["formats"]}')
-    args = ["report", "--out", "r", "--config", "c.json"]
+    args = ["report", "--out", "r", "--config", "c.json", "--force"]
     code, err = _run_cli(args, stderr_tty=True, tmp_path=tmp_path)
     assert code == 0 and "fp8sim report" in err and "1/1" in err, err  # the tqdm bar reached 1 of 1 study
     code, err = _run_cli(args, stderr_tty=False, tmp_path=tmp_path)

@@ -52,4 +52,7 @@ def test_deepseek_k4096_small():
 def test_train_two_recipes(tmp_path):
     out = run_example("train_two_recipes.py", "--steps", "3", "--out", str(tmp_path))
     assert "deepseek-v3: final loss" in out and "relative loss error vs bf16" in out
+    # progress while it runs (it is not silent for the whole run): one line per step of a 3-step run
+    for r in ("bf16", "deepseek-v3"):
+        assert [ln.split()[2] for ln in out.splitlines() if ln.split()[:2] == [r, "step"]] == ["1/3", "2/3", "3/3"]
     assert (tmp_path / "summary.json").exists() and (tmp_path / "losses.csv").exists()

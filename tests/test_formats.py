@@ -122,3 +122,28 @@ def test_custom_format_and_validation():
         fp8sim.Format("bad", 4, 3, 7, inf=True, nan=NanStyle.OCP)
     with pytest.raises(ValueError):
         fp8sim.Format("bad", 4, 3, 7, signed=False, nan=NanStyle.FNUZ)
+
+
+def test_format_fields_are_validated():
+    """Issue #18 item 12: a fractional bias, bools for bit counts, 64-bit formats (codes are int64 in the
+    kernel) and values outside float64 were accepted and gave wrong formats."""
+    for args, kw, err, msg in [
+        (("x", 4, 3, 7.5), {}, TypeError, "bias must be an int"),
+        (("x", True, 3, 7), {}, TypeError, "ebits must be an int"),
+        (("x", 4, 3.0, 7), {}, TypeError, "mbits must be an int"),
+        (("x", 4, 3, 7), {"signed": 1}, TypeError, "signed must be a bool"),
+        (("x", 4, 3, 7), {"inf": "yes", "nan": NanStyle.IEEE}, TypeError, "inf must be a bool"),
+        (("x", 4, 3, 7), {"nan": "nans"}, ValueError, "unknown nan style 'nans'; known: ieee, ocp, fnuz, none"),
+        (("x", 11, 52, 1023), {"inf": True}, ValueError, "at most 63 bits, got 64"),
+        (("x", 4, 3, 1500), {}, ValueError, "float64 holds"),
+        (("x", 4, 3, -1500), {}, ValueError, "float64 holds"),
+        (("x", 12, 3, 7), {}, ValueError, "ebits must be an int in 1..11"),
+        ((3, 4, 3, 7), {}, TypeError, "name"),
+    ]:
+        with pytest.raises(err, match=msg):
+            fp8sim.Format(*args, **kw)
+    f = fp8sim.Format("e4m3", np.int64(4), np.int32(3), np.int64(7), signed=np.bool_(True), nan=NanStyle.OCP)
+    assert type(f.ebits) is int and type(f.bias) is int and f.signed is True and f == fp8sim.E4M3
+    # the limits themselves are accepted: 63 bits, float64's largest and smallest values
+    assert fp8sim.Format("u63", 11, 52, 1023, signed=False, inf=True).max == np.finfo(np.float64).max
+    assert fp8sim.Format("x", 11, 51, 1023, inf=True).min_subnormal == 2.0**-1073

@@ -11,7 +11,8 @@ import pytest
 
 import fp8sim
 from fp8sim import tensorcore as tc
-from fp8sim.gemm import SOURCES, GemmReport, quantize_operands, scaled_matmul
+from fp8sim.gemm import SOURCES, GemmReport, quantize_operands, scaled_matmul, transpose_granularity
+from fp8sim.scaling import MX, Group, PerColumn, PerRow, PerTensor, Tile
 from fp8sim.tensorcore import load_capture
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -378,3 +379,124 @@ def test_promotion_must_divide_scale_block():
     w = np.ones((256, 2), np.float32)
     with pytest.raises(ValueError, match="promote_every"):
         fp8sim.gemm(x, w, fp8sim.recipe("deepseek-v3").with_(promote_every=256))
+
+
+# ----------------------------------------------------------- transposed quantized operands (layout="nk")
+# (granularity of w (N, K) as torch stores it, its block there (None: all of that axis), the
+# same blocks written for w.T (K, N), the recipe to multiply with)
+_DS = fp8sim.recipe("deepseek-v3")
+NK_CASES = [
+    (Tile(256, 128), (256, 128), Tile(128, 256), _DS),
+    ("1x128", (1, 128), Tile(128, 1), _DS),
+    ("128x128", (128, 128), Tile(128, 128), _DS),
+    ("tensor", (None, None), PerTensor(), _DS),
+    ("row", (1, None), PerColumn(), _DS),
+    ("g128", (1, 128), Group(128, axis=0), _DS),
+    ("mx32", (1, 32), MX(32, axis=0), _DS.with_(promote_every=32, scale_format=None)),
+]
+
+
+def _dequant_by_hand(q, blk):
+    """float64 decode(codes) * scale of each element's block (blk: block extents, None = whole axis)."""
+    b = [n if e is None else e for n, e in zip(q.shape, blk)]
+    s = np.repeat(np.repeat(q.scales.astype(np.float64), b[0], 0), b[1], 1)[: q.shape[0], : q.shape[1]]
+    return fp8sim.decode(q.codes, q.format).astype(np.float64) * s
+
+
+@pytest.mark.parametrize("g,blk,gt,r", NK_CASES, ids=[str(c[0]) for c in NK_CASES])
+def test_nk_quantized_weights_keep_their_scales(g, blk, gt, r):
+    # issue #18 item 7: a QuantizedTensor w (N, K) with layout="nk" kept its Tile label on the
+    # transposed data (report rel. error 1.0 instead of 0.0016) or crashed (1x128)
+    rng = np.random.default_rng(9)
+    M, K, N = 8, 384, 272  # N ragged for the 256- and 128-row blocks
+    x = rng.standard_normal((M, K)).astype(np.float32)
+    wT = rng.standard_normal((N, K)).astype(np.float32)
+    wT[:, 128:] *= 1000  # blocks along K differ by 1000x
+    wT[200:] *= 0.01  # and along N by 100x
+    qx = fp8sim.quantize(x, "e4m3", "1x128")
+    qw = fp8sim.quantize(wT, "e4m3", g)
+    y, rep = fp8sim.gemm(qx, qw, r, layout="nk", report=True)
+    ref = _dequant_by_hand(qx, (1, 128)) @ _dequant_by_hand(qw, blk).T
+    rel = np.linalg.norm(y - ref) / np.linalg.norm(ref)
+    assert rel < 0.005  # bf16 output of the exact product of the quantized operands: ~2e-3
+    assert rep.error["rel_frobenius"] == pytest.approx(rel, rel=1e-9)
+    # the same blocks quantized in the (K, N) layout: the same codes and scales, the same bits out
+    assert transpose_granularity(qw.granularity) == gt and transpose_granularity(gt) == qw.granularity
+    qkn = fp8sim.quantize(np.ascontiguousarray(wT.T), "e4m3", gt)
+    assert np.array_equal(qkn.codes, qw.codes.T) and np.array_equal(qkn.scales, qw.scales.T)
+    y2, rep2 = fp8sim.gemm(qx, qkn, r, report=True)
+    assert bits_equal(y, y2).all()
+    assert rep2.error["rel_frobenius"] == pytest.approx(rel, rel=1e-9)
+    # float operands with the recipe's w granularity spelled for (N, K): the same quantization
+    rw = r.with_(w_granularity=g)
+    assert bits_equal(fp8sim.gemm(qx, wT, rw, layout="nk"), y).all()
+    assert bits_equal(fp8sim.gemm(qx, np.ascontiguousarray(wT.T), rw), y).all()
+
+
+@pytest.mark.parametrize(
+    "g", [Tile(256, 128), "1x128", "128x128", "3x5", "tensor", "row", "col", "g16", "mx32", "g8@0", "nvfp4"]
+)
+@pytest.mark.parametrize("shape", [(300, 200), (7, 130), (1, 64)])
+def test_transpose_q_dequantizes_to_the_transpose(g, shape):
+    from fp8sim.gemm import _transpose_q
+
+    rng = np.random.default_rng(10)
+    a = (rng.standard_normal(shape) * np.exp(rng.normal(0, 3, shape))).astype(np.float32)
+    gg = fp8sim.granularity(g) if g != "g8@0" else Group(8, axis=0)
+    q = fp8sim.quantize(a, "e2m1" if g == "nvfp4" else "e4m3", gg)
+    t = _transpose_q(q)
+    assert t.shape == shape[::-1] and t.granularity == transpose_granularity(q.granularity)
+    assert np.array_equal(t.dequantize(np.float64), q.dequantize(np.float64).T)
+
+
+def test_transpose_granularity_table():
+    assert transpose_granularity("1x128") == Tile(128, 1)
+    assert transpose_granularity(Tile(3, 5)) == Tile(5, 3)
+    assert transpose_granularity("row") == PerColumn() and transpose_granularity("col") == PerRow()
+    assert transpose_granularity("g32") == Group(32, axis=0)
+    assert transpose_granularity(Group(32, axis=0)) == Group(32, axis=-1)
+    assert transpose_granularity("mx32") == MX(32, axis=0)
+    assert transpose_granularity("tensor") == PerTensor()
+
+
+@pytest.mark.parametrize("g", ["1x128", "128x128", Tile(256, 128), "tensor", "row", "g128", "mx32"])
+def test_gemm_and_training_orient_agree(g):
+    from fp8sim.gemm import _gran_along_k
+    from fp8sim.training.linear import orient
+
+    assert _gran_along_k(g, "w") == orient(g, 0)
+    assert _gran_along_k(g, "x") == orient(g, 1)
+
+
+# ----------------------------------------------------------- other 8-bit formats (issue #18 item 14)
+def _custom_e4m3_bias6():
+    return fp8sim.Format("e4m3b6", 4, 3, 6, nan=fp8sim.NanStyle.OCP)
+
+
+@pytest.mark.parametrize("fmt", ["e4m3fnuz", "e5m2fnuz", "e3m4", "custom"])
+def test_recipe_with_other_8bit_formats(fmt):
+    f = _custom_e4m3_bias6() if fmt == "custom" else fp8sim.format(fmt)
+    r = fp8sim.Recipe("t", x_format=f, w_format=f, scale_format="pow2", output_format="fp32")
+    assert r.x_format == (f if fmt == "custom" else fmt) and r.is_fp8
+    # integers in -4..4 with power-of-two scales: x / scale is an integer times a power of two that
+    # every one of these formats holds, so the codes are exact; the code products, aligned to the
+    # largest (<= 16x) with 13 fraction bits, are exact in the wgmma accumulator, and so are their
+    # sums and the power-of-two scaling: y is x @ w exactly
+    rng = np.random.default_rng(11)
+    M, K, N = 4, 256, 8
+    x = rng.integers(-4, 5, (M, K)).astype(np.float32)
+    w = rng.integers(-4, 5, (K, N)).astype(np.float32)
+    y = fp8sim.gemm(x, w, r)
+    assert np.array_equal(y, x.astype(np.float64) @ w.astype(np.float64))
+    # the fast wgmma kernel against the general tensor-core path, random data, scaled blocks
+    xr = rng.standard_normal((9, 300)).astype(np.float32)
+    wr = (rng.standard_normal((300, 70)) * np.exp(rng.normal(0, 2, (1, 70)))).astype(np.float32)
+    rr = fp8sim.recipe("deepseek-v3").with_(x_format=f, w_format=f, output_format="fp32")
+    assert bits_equal(fp8sim.gemm(xr, wr, rr), fp8sim.gemm(xr, wr, rr.with_(accumulator=_slow_wgmma()))).all()
+
+
+def test_gemm_refuses_quantized_operands_it_cannot_multiply():
+    x = np.ones((2, 64), np.float32)
+    q = fp8sim.quantize(x, "e5m6", "1x128")  # 12-bit codes: quantize works, the FP8 GEMM cannot
+    with pytest.raises(ValueError, match="8-bit codes.*e5m6"):
+        fp8sim.gemm(q, np.ones((64, 2), np.float32))

@@ -25,9 +25,9 @@ PAIRS = [("e4m3", "e4m3"), ("e4m3", "e5m2"), ("e5m2", "e4m3"), ("e5m2", "e5m2")]
 
 
 def bits_equal(x, y):
-    x = np.asarray(x, np.float32)
-    y = np.asarray(y, np.float32)
-    return (x.view(np.uint32) == y.view(np.uint32)) | (np.isnan(x) & np.isnan(y))
+    """Identical float32 bit patterns, NaN sign and payload included (both must be float32)."""
+    assert x.dtype == np.float32 and y.dtype == np.float32, (x.dtype, y.dtype)
+    return x.view(np.uint32) == y.view(np.uint32)
 
 
 def test_descriptor_and_sanity():

@@ -42,8 +42,8 @@ def test_frozen_and_with():
     r = fp8sim.recipe("deepseek-v3")
     with pytest.raises(dataclasses.FrozenInstanceError):
         r.promote_every = 64
-    r2 = r.with_(promote_every=256)
-    assert r2.promote_every == 256 and r.promote_every == 128
+    r2 = r.with_(promote_every=64)
+    assert r2.promote_every == 64 and r.promote_every == 128
 
 
 def test_te_hybrid_backward():
@@ -63,7 +63,10 @@ def test_te_hybrid_backward():
 @pytest.mark.parametrize(
     "bad",
     [
-        dict(x_format="e3m4"),
+        dict(x_format="e5m6"),  # 12 bits: not an 8-bit tensor-core operand
+        dict(x_format="e2m1", w_format="e2m1"),
+        dict(x_format="e8m0"),
+        dict(x_format="fp16", w_format="fp16"),
         dict(x_format="e4m3", w_format="bf16"),
         dict(output_format="fp16"),
         dict(accumulator="tf32"),
@@ -90,3 +93,89 @@ def test_promotion_interval_changes_result_and_per_tensor_hand_case():
     for name in ("per-tensor", "per-tensor-no-promotion"):
         y = fp8sim.gemm(x, w, fp8sim.recipe(name).with_(output_format="fp32"))
         assert (y == expect).all(), name
+
+
+def test_lookup_suggests_close_names():
+    with pytest.raises(fp8sim.UnknownNameError, match="did you mean 'deepseek-v3'"):
+        fp8sim.recipe("deepseek-v4")
+
+
+# ------------------------------------------------------------- issue #18 items 12 and 14
+def test_any_8bit_format_or_format_object():
+    custom = fp8sim.Format("e4m3b6", 4, 3, 6, nan=fp8sim.NanStyle.OCP)
+    for f, stored in [
+        ("e4m3fnuz", "e4m3fnuz"),
+        ("E5M2FNUZ", "e5m2fnuz"),
+        ("float8_e4m3fn", "e4m3"),
+        ("e3m4", "e3m4"),
+        (fp8sim.E4M3, "e4m3"),
+        (fp8sim.E5M2FNUZ, "e5m2fnuz"),
+        (custom, custom),
+    ]:
+        r = Recipe("t", x_format=f, w_format=f, grad_format=f, backward_promote_every=128)
+        assert r.x_format == stored and r.w_format == stored and r.grad_format == stored and r.is_fp8
+        assert r.backward().x_format == stored
+    assert Recipe("t", x_format=fp8sim.BF16, w_format="bf16").x_format == "bf16"
+
+
+@pytest.mark.parametrize(
+    "bad,exc,match",
+    [
+        (dict(margin=0.5), TypeError, "margin must be an int"),
+        (dict(margin=True), TypeError, "margin must be an int"),
+        (dict(margin="1"), TypeError, "margin must be an int"),
+        (dict(x_granularity="1x12B"), fp8sim.UnknownNameError, "x_granularity: unknown granularity '1x12B'"),
+        (dict(w_granularity=128), TypeError, "w_granularity"),
+        (dict(validated="no"), TypeError, "validated must be True or False"),
+        (dict(validated=1), TypeError, "validated must be True or False"),
+        (dict(x_format="e4m4"), fp8sim.UnknownNameError, "did you mean 'e4m3'"),
+        (dict(x_format=3), TypeError, "x_format must be a format name"),
+        (dict(output_format="bf17"), fp8sim.UnknownNameError, "did you mean 'bf16'"),
+        (dict(scale_at="promotoin"), fp8sim.UnknownNameError, "did you mean 'promotion'"),
+        (dict(accumulator="wgma"), fp8sim.UnknownNameError, "did you mean 'wgmma'"),
+        (dict(accumulator=3), TypeError, "accumulator"),
+        (dict(promote_every=128.0), ValueError, "promote_every"),
+        (dict(promote_every="128"), ValueError, "promote_every"),
+        (dict(promote_every=True), ValueError, "promote_every"),
+        (dict(backward_promote_every=100), ValueError, "backward_promote_every"),
+        (dict(promote_every=256), ValueError, "must divide the K scale block"),  # 1x128 blocks
+        (dict(x_granularity="g16"), ValueError, "multiple of 32"),
+        (dict(x_granularity="1x128", w_granularity="1x96"), ValueError, "do not nest"),
+        (dict(x_granularity="col"), ValueError, "every K element its own scale"),
+        (dict(w_granularity="nvfp4"), ValueError, "NVFP4"),
+        (dict(x_granularity=fp8sim.scaling.Group(32, axis=0)), ValueError, "axis"),
+        (dict(scale_format="fp8"), ValueError, "unknown scale_format"),
+        (dict(scale_format="fp32", scale_rounding="ceil"), ValueError, "scale_rounding"),
+        (dict(x_granularity="mx32", scale_format="fp32"), ValueError, "E8M0"),
+        (dict(scale_at="epilogue", promote_every=None), ValueError, "epilogue"),
+        (dict(grad_format="e5m2"), ValueError, "backward"),  # backward GEMMs: epilogue with tiles
+        (dict(grad_format="bf16"), ValueError, "grad_format"),
+        (dict(name=""), TypeError, "name"),
+    ],
+)
+def test_bad_recipes_fail_at_construction(bad, exc, match):
+    # everything gemm would refuse later is refused when the recipe is made
+    with pytest.raises(exc, match=match):
+        Recipe(**{"name": "bad", **bad})
+
+
+def test_accepted_recipes_run():
+    # recipes that the construction checks let through do run (edge cases of those checks)
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((3, 256)).astype(np.float32)
+    w = rng.standard_normal((256, 5)).astype(np.float32)
+    for kw in [
+        dict(margin=-1),
+        dict(margin=np.int64(2)),
+        dict(x_granularity="row", w_granularity="row", scale_at="epilogue", promote_every=None),
+        dict(x_granularity="g32", w_granularity="g128", promote_every=32),
+        dict(x_granularity="mx32", w_granularity="mx32", scale_format="e8m0", promote_every=32),
+        dict(x_granularity="1x256", w_granularity="128x128", promote_every=64),
+        dict(x_format="e5m2", w_format="e4m3fnuz", grad_format="e5m2fnuz", backward_promote_every=128),
+        dict(validated=True),
+    ]:
+        r = Recipe("ok", **kw)
+        y = fp8sim.gemm(x, w, r)
+        assert y.shape == (3, 5) and np.isfinite(y).all(), kw
+        if r.grad_format is not None:
+            assert np.isfinite(fp8sim.gemm(x, w, r.backward())).all()

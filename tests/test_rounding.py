@@ -225,3 +225,34 @@ def test_memoized_float32_path_equals_kernel(fmt, mode):
             assert np.array_equal(
                 fp8sim.encode(x, fmt, mode, saturate=sat), fp8sim.encode(x.astype(np.float64), fmt, mode, saturate=sat)
             )
+
+
+def test_unsigned_format_without_nan_rejects_negative_input():
+    """Issue #18 item 12: encode(-1.0) gave code 255 in a 7-bit unsigned format without NaN."""
+    u7 = fp8sim.Format("u7", 4, 3, 7, signed=False, nan=fp8sim.NanStyle.NONE)
+    for func in (fp8sim.round, fp8sim.encode):
+        with pytest.raises(ValueError, match="unsigned and has no NaN"):
+            func(np.array([1.0, -1.0]), u7)
+        with pytest.raises(ValueError, match="unsigned and has no NaN"):
+            func(np.array([-np.inf], np.float32), u7)
+    assert fp8sim.encode(np.array([-0.0, 0.0, 1.0, 3e9]), u7).tolist() == [0, 0, 0x38, 0x7F]  # 1 = 0111.000
+    # with a NaN code, negative inputs give it (as E8M0 does); codes stay inside the format's width
+    u7n = fp8sim.Format("u7n", 4, 3, 7, signed=False, nan=fp8sim.NanStyle.OCP)
+    assert fp8sim.encode(np.array([-1.0, np.nan]), u7n).tolist() == [0x7F, 0x7F]
+
+
+def test_decode_takes_codes_in_either_byte_order():
+    """Codes read from a big-endian file (``>u2``) are the same codes: decoded as such, checked
+    against ml_dtypes' own view of the native codes."""
+    import ml_dtypes
+
+    native = np.arange(0, 1 << 16, 7, dtype=np.uint16)
+    big = native.astype(">u2")
+    assert big.tobytes() != native.tobytes()  # really another byte order
+    got = fp8sim.decode(big, "bf16")
+    want = native.view(ml_dtypes.bfloat16).astype(np.float32)
+    nan = np.isnan(want)
+    assert nan.any() and np.array_equal(np.isnan(got), nan)  # NaN payloads aside (decode gives one NaN)
+    assert np.array_equal(got[~nan].view(np.uint32), want[~nan].view(np.uint32))
+    with pytest.raises(TypeError, match="must be uint16"):
+        fp8sim.decode(native.astype(">u4"), "bf16")  # another width stays an error

@@ -1,6 +1,9 @@
 """Scaled quantization: properties, layouts, MX against gfloat, delayed scaling, bad input."""
 
+import functools
 import math
+from bisect import bisect_left
+from fractions import Fraction
 
 import ml_dtypes
 import numpy as np
@@ -368,7 +371,7 @@ def test_bad_input():
         quantize(x, "e4m3", Group(4, axis=2))
     with pytest.raises(TypeError, match="axis"):
         Group(4, axis="rows")
-    with pytest.raises(TypeError, match="float32, float64 or bfloat16"):
+    with pytest.raises(TypeError, match="float32, float64, float16 or bfloat16"):
         quantize(x.astype(np.int32), "e4m3", "row")
     with pytest.raises(TypeError):
         quantize(x, "e4m3", 128)
@@ -390,8 +393,8 @@ def test_bad_input():
         quantize(x, "e4m3", "row", mode="banker")
     with pytest.raises(ValueError, match="seed"):
         quantize(x, "e4m3", "row", mode="sr")
-    with pytest.raises(ValueError, match="at most 8 bits"):
-        quantize(x, "bf16", "row")
+    with pytest.raises(ValueError, match="at most 16 bits"):  # e5m6, bf16, fp16 work (uint16 codes)
+        quantize(x, "fp32", "row")
     with pytest.raises(TypeError):
         fp8sim.dequantize(x)
 
@@ -521,7 +524,7 @@ def test_float32_vectorized_block_scales_equal_general_path(g, sf):
     x[4, 5] = np.inf
     x[5, 7] = -np.inf
     x[140, 300] = np.nan
-    for margin in (-130, -3, 0, 2, 140):
+    for margin in (-126, -3, 0, 2, 127):  # (the extremes of the margin's range)
         for fmt in ("e4m3", "e5m2"):
             a = quantize(x, fmt, g, scale_format=sf, margin=margin)
             b = quantize(x.astype(np.float64), fmt, g, scale_format=sf, margin=margin)
@@ -598,3 +601,279 @@ def test_float32_fast_path_exhaustive(fmt):
             a = quantize(x, fmt, "g4096", amax=amax)
             b = quantize(x.astype(np.float64), fmt, "g4096", amax=amax)
             assert np.array_equal(a.codes, b.codes), (fmt, amax, lo)
+
+
+# ---------------------------------------------------------------------------------------------
+# Every element is the single rounding of the EXACT quotient x / scale, in every mode: checked against
+# rational arithmetic (fractions.Fraction), which shares nothing with fp8sim's float quotients.
+DET_MODES = ["rne", "rna", "rtz", "rup", "rdn", "rto"]
+
+
+@functools.cache
+def _grid(f):
+    table = fp8sim.decode_table(f).astype(np.float64)
+    mags = [Fraction(float(t)) for t in table[: f.max_code_mag + 1]]  # code magnitude i has value mags[i]
+    assert mags == sorted(mags)
+    return mags, mags + [mags[-1] + Fraction(2) ** (f.emax - f.mbits)]
+
+
+def exact_round(v: Fraction, fmt, mode: str, saturate: bool, negative_zero: bool = False) -> float:
+    """The rational ``v`` rounded to ``fmt`` by each mode's definition, with IEEE 754 overflow rules (the
+    finite values come from the decode table, checked code by code against ml_dtypes and gfloat; as in
+    tests/reference.py a virtual value one top-binade ulp past max stands for the next value)."""
+    f = fp8sim.format(fmt)
+    mags, ext = _grid(f)
+    a = abs(v)
+    neg = v < 0 or (v == 0 and negative_zero)  # (a Fraction has no -0)
+    i = bisect_left(ext, a)  # ext[i-1] < a <= ext[i]
+    if i == len(ext):
+        r = len(ext) - 1  # beyond the virtual value: overflow in every mode
+    elif ext[i] == a:
+        r = i
+    else:
+        lo, hi = i - 1, i
+        mid = (ext[lo] + ext[hi]) / 2
+        up = {
+            "rne": a > mid or (a == mid and lo % 2 == 1),
+            "rna": a >= mid,
+            "rtz": False,
+            "rup": not neg,
+            "rdn": neg,
+            "rto": lo % 2 == 0,
+        }[mode]
+        r = hi if up else lo
+    if r == len(ext) - 1:  # overflow
+        to_max = saturate or f.nan is fp8sim.NanStyle.NONE or mode in ("rtz", "rto")
+        to_max = to_max or (mode == "rup" and neg) or (mode == "rdn" and not neg)
+        val = float(mags[-1]) if to_max else (math.inf if f.inf else math.nan)
+    else:
+        val = float(ext[r])
+    if neg and (val != 0 or f.has_negative_zero):
+        val = -val
+    return val
+
+
+def assert_exact_quotients(x, q, mode, saturate):
+    d = [Fraction(float(s)) for s in q.expanded_scales().ravel()]
+    got = q.values().astype(np.float64).ravel()
+    for xv, dv, g in zip(x.astype(np.float64).ravel(), d, got):
+        want = exact_round(Fraction(float(xv)) / dv, q.format, mode, saturate, math.copysign(1, xv) < 0)
+        ok = (math.isnan(want) and math.isnan(g)) or (want == g and math.copysign(1, want) == math.copysign(1, g))
+        assert ok, (float(xv), float(dv), mode, want, g)
+
+
+def test_directed_rounding_of_tiny_float64_elements():
+    """Issue #18 item 10: 5e-324 / 2.23 underflows the float64 quotient to 0, but the exact quotient is
+    positive, so rounding up (and to odd) gives the smallest subnormal 2**-9 times the scale."""
+    x = np.array([[1000.0, 5e-324, -5e-324]])
+    for mode, want in [("rup", [2.0**-9, -0.0]), ("rto", [2.0**-9, -(2.0**-9)]), ("rdn", [0.0, -(2.0**-9)])]:
+        q = quantize(x, "e4m3", "row", mode=mode)
+        v = q.values().astype(np.float64)[0, 1:]
+        assert v.tolist() == want and list(np.signbit(v)) == [False, True], mode
+        assert q.dequantize()[0, 1] == 2.0**-9 * float(q.scales[0, 0]) or want[0] == 0.0
+
+
+tiny_or_huge64 = st.one_of(
+    st.floats(allow_nan=False, allow_infinity=False),  # the whole range, subnormals included
+    st.floats(-1e-300, 1e-300, allow_nan=False),
+    st.sampled_from([5e-324, -5e-324, 1e-310, 2.0**-1022, 1.7976931348623157e308, -1e308, 0.0, -0.0]),
+)
+
+
+@settings(max_examples=150)
+@given(
+    hnp.arrays(np.float64, st.integers(1, 12), elements=tiny_or_huge64),
+    st.sampled_from(["e4m3", "e5m2", "e3m4", "e2m1", "e2m3", "e4m3fnuz"]),
+    st.sampled_from(DET_MODES),
+    st.booleans(),
+    st.sampled_from([1.0, 3.0, 1e-30, 1e30, 7e-38, 5e37, 448.0 * 3, 1e-300, 1e300]),
+)
+def test_float64_elements_round_the_exact_quotient(x, fmt, mode, saturate, amax):
+    f = fp8sim.format(fmt)
+    q = quantize(x.reshape(1, -1), fmt, "row", mode=mode, saturate=saturate, amax=amax * f.max / 448.0)
+    assert_exact_quotients(x, q, mode, saturate)
+
+
+@settings(max_examples=100)
+@given(
+    hnp.arrays(np.float32, st.integers(1, 12), elements=st.floats(allow_nan=False, allow_infinity=False, width=32)),
+    st.sampled_from(["e4m3", "e5m2", "e3m4", "e2m1", "e4m3fnuz"]),
+    st.sampled_from(DET_MODES),
+    st.booleans(),
+    st.sampled_from([1.0, 3.0, 1e-30, 1e30, 7e-38, 5e37]),
+)
+def test_float32_elements_round_the_exact_quotient(x, fmt, mode, saturate, amax):
+    q = quantize(x.reshape(1, -1), fmt, "row", mode=mode, saturate=saturate, amax=amax)
+    assert_exact_quotients(x, q, mode, saturate)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("mode", DET_MODES)
+def test_nvfp4_elements_round_the_exact_quotient(dtype, mode):
+    """NVFP4 divides by a block scale times the tensor scale (a product of up to 28 bits)."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((4, 64)) * np.exp(rng.normal(0.0, 3.0, (4, 64)))
+    x[0, :3] = [5e-324, -1e-310, 1e-200]
+    x = x.astype(dtype)
+    q = quantize(x, "e2m1", "nvfp4", mode=mode, amax=float(np.abs(x).max()) / 3.7)
+    assert_exact_quotients(x, q, mode, True)
+
+
+def test_sr_of_tiny_elements_picks_a_neighbour_of_the_exact_quotient():
+    x = np.array([[1000.0, 5e-324, -1e-310, 3e-7, -2.5e-3] * 40])
+    q = quantize(x, "e4m3", "row", mode="sr", seed=1)
+    d = Fraction(float(q.scales[0, 0]))
+    for xv, g in zip(x.ravel(), q.values().astype(np.float64).ravel()):
+        e = Fraction(float(xv)) / d
+        assert g in (exact_round(e, "e4m3", "rdn", True), exact_round(e, "e4m3", "rup", True)), (xv, g)
+
+
+# ---------------------------------------------------------------------------------------------
+# dequantize rounds decode(code) * scale (exact in float64) once to the target dtype
+@pytest.mark.parametrize("fmt", ["e3m4", "e2m3", "e4m3fnuz", "e4m3"])
+def test_dequantize_to_bf16_rounds_once(fmt):
+    """Issue #18 item 11.  Products code * scale that float32 rounds onto a bf16 midpoint (which a
+    float64 -> float32 -> bf16 cast then rounds to even) are found by plain numpy, built into a tensor
+    and dequantized; each must be the single RNE rounding of the exact product to bf16."""
+    f = fp8sim.format(fmt)
+    vals = np.unique(np.abs(fp8sim.decode_table(f).astype(np.float64)))
+    vals = vals[np.isfinite(vals) & (vals > 0)]
+    rng = np.random.default_rng(0)
+    s = (rng.uniform(1.0, 2.0, 200_000) * 2.0 ** rng.integers(-30, 30, 200_000)).astype(np.float32)
+    p = vals[None, :] * s[:, None].astype(np.float64)  # exact: <= 5 + 24 significant bits
+    p32 = p.astype(np.float32)
+    hard = ((p32.view(np.uint32) & 0xFFFF) == 0x8000) & (p32.astype(np.float64) != p)
+    rows = np.flatnonzero(hard.any(axis=1))[:64]
+    assert rows.size >= 8, rows.size  # the rare cases exist (about 7 per million products)
+    x = np.concatenate([p[rows], -p[rows]], axis=1)
+    amax = (np.float64(f.max) * s[rows].astype(np.float64))[:, None]  # the scale amax / max is s exactly
+    q = quantize(x, fmt, "row", amax=amax)
+    assert np.array_equal(q.scales[:, 0], s[rows]) and np.array_equal(q.dequantize(np.float64), x)
+    got = q.dequantize(ml_dtypes.bfloat16)
+    assert got.dtype == ml_dtypes.bfloat16
+    want = np.array([exact_round(Fraction(float(v)), "bf16", "rne", False) for v in x.ravel()]).reshape(x.shape)
+    assert np.array_equal(got.astype(np.float64), want)
+    # (the double rounding through float32 does differ on these products)
+    assert (x.astype(ml_dtypes.bfloat16).astype(np.float64) != want).sum() >= rows.size
+
+
+@pytest.mark.parametrize("dtype,target", [(np.float16, "fp16"), (ml_dtypes.bfloat16, "bf16")])
+def test_dequantize_rounds_the_exact_product_once(dtype, target):
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((16, 64)) * np.exp(rng.normal(0.0, 6.0, (16, 1)))
+    q = quantize(x, "e3m4", "1x16", scale_format="fp32")
+    exact = q.dequantize(np.float64)
+    want = [exact_round(Fraction(float(v)), target, "rne", False, bool(np.signbit(v))) for v in exact.ravel()]
+    got = q.dequantize(dtype).astype(np.float64).ravel()
+    assert np.array_equal(got, np.array(want))
+
+
+def test_dequantize_rejects_non_float_dtypes():
+    q = quantize(np.ones((2, 4)), "e4m3", "row")
+    for bad in (np.int32, np.uint8, bool, np.complex64):
+        with pytest.raises(TypeError, match="dtype"):
+            q.dequantize(bad)
+
+
+def test_margin_is_validated():
+    """Issue #18 item 12: margin=1025 wrapped the exponent field (the smallest scale instead of the
+    largest) and nvfp4 with margin=2000 raised OverflowError.  The range is the one in which 2**margin is
+    a normal value of the scale format."""
+    x = np.array([[1.0, 2.0]])
+    for g, sf, lo, hi in [
+        ("row", "fp32", -126, 127),
+        ("row", "pow2", -126, 127),
+        ("row", "bf16", -126, 127),
+        ("mx32", "e8m0", -127, 127),
+        ("nvfp4", None, -126, 127),
+    ]:
+        fmt = "e2m1" if g == "nvfp4" else "e4m3"
+        for m in (lo - 1, hi + 1, 1025, -2000, 2000):
+            with pytest.raises(ValueError, match=f"margin must be an int in {lo}..{hi}"):
+                quantize(x, fmt, g, scale_format=sf, margin=m)
+        for m in (lo, hi):
+            quantize(x, fmt, g, scale_format=sf, margin=m)
+    q = quantize(np.array([[1.0, 1792.0]]), "e4m3", "row", margin=127)
+    assert q.scales[0, 0] == np.float32(np.finfo(np.float32).max)  # 1792/448 * 2**127 is clamped to the largest
+    q = quantize(x, "e4m3", "row", scale_format="pow2", margin=3)
+    assert q.scales[0, 0] == 2.0 ** (math.ceil(math.log2(2.0 / 448.0)) + 3)
+
+
+# ---------------------------------------------------------------------------------------------
+# Scales from a float64 amax: the float32 scale is the single rounding of the exact ratio amax / max
+def rn32_exact(v: Fraction) -> float:
+    """The rational v > 0 (in float32's normal range) rounded to nearest even float32, by definition."""
+    e = math.floor(math.log2(v))
+    e += (Fraction(2) ** (e + 1) <= v) - (Fraction(2) ** e > v)  # exact binade despite log2's rounding
+    q = v / Fraction(2) ** (e - 23)
+    n = math.floor(q)
+    n += (q - n > Fraction(1, 2)) or (q - n == Fraction(1, 2) and n % 2 == 1)
+    return float(n * Fraction(2) ** (e - 23))
+
+
+def midpoint_amaxes(fmax: float, seed: int) -> np.ndarray:
+    """float64 amaxes whose ratio to fmax lies within a float64 ulp or so of a float32 midpoint, where a
+    double rounding (float64 division, then float32 conversion) would show."""
+    rng = np.random.default_rng(seed)
+    f = (rng.uniform(1.0, 2.0, 200) * 2.0 ** rng.integers(-60, 60, 200)).astype(np.float32)
+    f = (f.view(np.uint32) & ~np.uint32(1)).view(np.float32).astype(np.float64)  # even last bit
+    m = f + np.spacing(f.astype(np.float32)).astype(np.float64) / 2  # the midpoint above: a float64
+    centre = m * fmax
+    return np.concatenate([np.nextafter(centre, np.inf), np.nextafter(centre, -np.inf), centre * (1 + 2.0**-50)])
+
+
+@pytest.mark.parametrize("fmt", ["e4m3", "e5m2", "e3m4", "e2m3"])
+def test_fp32_scales_of_float64_amax_round_once(fmt):
+    f = fp8sim.format(fmt)
+    amax = midpoint_amaxes(f.max, 1)
+    want = np.array([rn32_exact(Fraction(float(a)) / Fraction(f.max)) for a in amax])
+    x = np.stack([amax, np.zeros_like(amax)], axis=1)
+    for q in (quantize(x, fmt, "row"), quantize(x, fmt, "row", amax=amax[:, None])):
+        assert np.array_equal(q.scales[:, 0].astype(np.float64), want)
+    # bf16 scales round that float32 scale (up by default); RCEIL takes its power of two
+    q = quantize(x, fmt, "row", scale_format="bf16")
+    bf = [exact_round(Fraction(w), "bf16", "rup", True) for w in want]
+    assert np.array_equal(q.scales[:, 0].astype(np.float64), bf)
+    q = quantize(x, fmt, "row", scale_format="pow2", scale_rounding="rceil")
+    p2 = [2.0 ** math.ceil(math.log2(w)) for w in want]  # log2 of a float32 is exact enough: w is no power of 2
+    assert np.array_equal(q.scales[:, 0].astype(np.float64), p2)
+
+
+def test_nvfp4_scales_of_float64_amax_round_once():
+    for t in midpoint_amaxes(6.0 * 448.0, 2)[::7]:
+        x = np.array([[t, -t / 3] + [0.0] * 14 + [t / 5] + [0.0] * 15])
+        q = quantize(x, "e2m1", "nvfp4")
+        g = rn32_exact(Fraction(float(t)) / 2688)
+        assert q.global_scale == g
+        for k, a in enumerate((t, t / 5)):  # each block scale: amax_b / (global scale * 6) rounded to E4M3
+            assert q.scales[0, k] == exact_round(Fraction(float(a)) / (Fraction(g) * 6), "e4m3", "rne", True)
+
+
+def test_nvfp4_block_scales_of_float64_amax_round_once():
+    """Block amaxes within a float64 ulp of (an E4M3 midpoint) * global scale * 6: each block scale is
+    the single RNE rounding to E4M3 of the exact amax_b / (global scale * 6)."""
+    e4 = np.unique(np.abs(fp8sim.decode_table("e4m3").astype(np.float64)))
+    e4 = e4[np.isfinite(e4)]
+    mids = ((e4[:-1] + e4[1:]) / 2)[16:]  # normal-range midpoints (5 significant bits)
+    t = 448.0 * 6 * 0.7431  # the tensor amax
+    g = rn32_exact(Fraction(t) / 2688)
+    for m in mids[mids * g * 6 < t]:
+        c = m * g * 6  # exact: 5 + 24 + 2 bits
+        for a in (np.nextafter(c, np.inf), np.nextafter(c, -np.inf)):
+            x = np.zeros((1, 32))
+            x[0, 0], x[0, 16] = t, a
+            q = quantize(x, "e2m1", "nvfp4")
+            assert q.global_scale == g
+            want = exact_round(Fraction(float(a)) / (Fraction(g) * 6), "e4m3", "rne", True)
+            assert q.scales[0, 1] == want, (m, a)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_delayed_scaling_rejects_nan_in_a_format_without_nan(dtype):
+    """With a scale from the amax history a NaN element meets a finite scale: a format without NaN has
+    no code for it (it got code 255 in the 4-bit E2M1, and dequantized to 5e-42)."""
+    x = np.array([[1.0, np.nan]], dtype)
+    with pytest.raises(ValueError, match="no NaN"):
+        quantize(x, "e2m1", DelayedScaling(amax_history=[1.0]))
+    q = quantize(x, "e4m3", DelayedScaling(amax_history=[1.0]))
+    assert q.codes[0, 1] == 0x7F and np.isnan(q.dequantize()[0, 1])

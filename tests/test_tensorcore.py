@@ -2,7 +2,7 @@
 
 The captures in tests/data/ were written by ``python -m gpu.capture`` on an
 NVIDIA H200 (see docs/tensorcore.md).  Agreement must be 100% bit-exact
-(NaN matches NaN), with no tolerance.
+(every float32 bit pattern, NaN sign and payload included), with no tolerance.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ DT = {"e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2}
 
 
 def bits_equal(x, y):
-    x = np.asarray(x, np.float32)
-    y = np.asarray(y, np.float32)
-    return (x.view(np.uint32) == y.view(np.uint32)) | (np.isnan(x) & np.isnan(y))
+    """Identical float32 bit patterns, NaN sign and payload included (both must be float32)."""
+    assert x.dtype == np.float32 and y.dtype == np.float32, (x.dtype, y.dtype)
+    return x.view(np.uint32) == y.view(np.uint32)
 
 
 def dec(codes, fmt):
@@ -47,12 +47,36 @@ def test_capture_inventory():
     assert total < 25 * 2**20
 
 
-@pytest.mark.parametrize("path", MMA_FILES, ids=os.path.basename)
+@pytest.mark.parametrize("path", MMA_FILES + CHAIN_FILES, ids=os.path.basename)
 def test_single_instruction_captures_bit_exact(path):
+    """Every stored output is compared (NaN included, by bit pattern) and reproduced."""
     r = tc.verify_capture(path)
     assert r["meta"]["gpu"].startswith("NVIDIA")
     assert r["mismatches"] == 0, r["first_mismatches"]
     assert r["match_rate"] == 1.0
+    with np.load(path) as z:
+        outputs = {k: z[k] for k in z.files if k == "d" or k.startswith("d_")}
+    assert r["n"] == sum(d.size for d in outputs.values())
+    assert {k: v["n"] for k, v in r["outputs"].items()} == {k: d.size for k, d in outputs.items()}
+
+
+def test_shipped_nan_patterns_are_the_presets():
+    """The H200 writes one NaN pattern per instruction (read from the captures with numpy):
+    0x7fffffff for the fp32 accumulators, 0x7fffe000 (fp16 0x7fff) for wgmma.f16; the presets'
+    nan_bits are exactly these, and the shipped captures hold NaN outputs of every instruction."""
+    seen: dict = {}
+    for path in MMA_FILES + CHAIN_FILES:
+        cap = tc.load_capture(path)
+        for k in cap:
+            if k == "d" or k.startswith("d_"):
+                d = cap[k]
+                assert d.dtype == np.float32
+                seen.setdefault(cap["meta"]["instruction"], set()).update(
+                    np.unique(d.view(np.uint32)[np.isnan(d)]).tolist()
+                )
+    assert seen == {"wgmma": {0x7FFFFFFF}, "mma.sync": {0x7FFFFFFF}, "wgmma.f16": {0x7FFFE000}}
+    for ins, pats in seen.items():
+        assert {tc.get_model(ins).nan_bits} == pats
 
 
 @pytest.mark.parametrize("path", CHAIN_FILES, ids=os.path.basename)
@@ -295,3 +319,331 @@ def test_probe_replay_recovers_presets(instruction):
         # the preset reproduces every probe output
         good, n = ch.score(preset, rs)
         assert good == n
+
+
+# ------------------------------------------------------------ verification catches every change
+SPECIAL = {ins: os.path.join(DATA, f"{ins}_e4m3xe5m2_special.npz") for ins in ("wgmma", "mma.sync", "wgmma.f16")}
+
+
+def _save(path, cap, **changes):
+    """Write a copy of a loaded capture with some arrays replaced (None drops the key)."""
+    arrays = {k: v for k, v in cap.items() if k != "meta"}
+    meta = dict(cap["meta"])
+    for k, v in changes.items():
+        if k == "meta":
+            meta = v
+        elif v is None:
+            arrays.pop(k, None)
+        else:
+            arrays[k] = v
+    np.savez(path, meta=np.array(json.dumps(meta)), **arrays)
+    return str(path)
+
+
+@pytest.mark.parametrize("ins", sorted(SPECIAL))
+def test_verify_compares_nan_bit_patterns(ins):
+    """A model whose NaN is another pattern fails on every NaN output (issue #18, item 8)."""
+    from dataclasses import replace
+
+    cap = tc.load_capture(SPECIAL[ins])
+    n_nan = int(np.isnan(cap["d"]).sum())
+    assert n_nan > 100
+    assert tc.verify_capture(SPECIAL[ins])["mismatches"] == 0
+    other = replace(tc.get_model(ins), nan_bits=0x7FC00000)
+    r = tc.verify_capture(SPECIAL[ins], other)
+    assert r["mismatches"] == n_nan and r["n"] == cap["d"].size
+    assert r["first_mismatches"][0]["model_bits"] == "0x7fc00000"
+
+
+@pytest.mark.parametrize("flip", [0x80000000, 0x00000001, 0x00400000], ids=["sign", "payload-low", "quiet-bit"])
+def test_verify_detects_a_changed_nan(tmp_path, flip):
+    """Flipping the sign or a payload bit of one captured NaN (it stays NaN) is one mismatch."""
+    cap = tc.load_capture(SPECIAL["wgmma"])
+    d = cap["d"].copy()
+    idx = tuple(np.argwhere(np.isnan(d))[7])
+    bits = d.view(np.uint32)
+    bits[idx] ^= np.uint32(flip)
+    assert np.isnan(d[idx])
+    r = tc.verify_capture(_save(tmp_path / "t.npz", cap, d=d))
+    assert r["mismatches"] == 1 and r["match_rate"] == (d.size - 1) / d.size
+    mm = r["first_mismatches"][0]
+    assert tuple(mm["index"]) == idx and mm["hardware_bits"] == f"0x{0x7FFFFFFF ^ flip:08x}"
+    assert mm["model_bits"] == "0x7fffffff"
+
+
+def test_verify_refuses_outputs_not_stored_as_float32(tmp_path):
+    """float64 outputs are refused, not rounded: this change vanishes when rounded to float32."""
+    cap = tc.load_capture(SPECIAL["wgmma"])
+    d64 = cap["d"].astype(np.float64)
+    i = np.flatnonzero(np.isfinite(d64) & (d64 != 0))[0]
+    d64.flat[i] *= 1 + 2.0**-40
+    assert np.array_equal(d64.astype(np.float32), cap["d"], equal_nan=True)
+    with pytest.raises(tc.CaptureError, match=r"'d' must be float32.*got float64"):
+        tc.verify_capture(_save(tmp_path / "f64.npz", cap, d=d64))
+    with pytest.raises(tc.CaptureError, match=r"'d' must be float32.*got float16"):
+        tc.verify_capture(_save(tmp_path / "f16.npz", cap, d=cap["d"].astype(np.float16)))
+
+
+def test_verify_capture_without_outputs_is_not_a_pass(tmp_path):
+    cap = tc.load_capture(SPECIAL["wgmma"])
+    empty = _save(tmp_path / "empty.npz", cap, a=cap["a"][:0], b=cap["b"][:0], c=cap["c"][:0], d=cap["d"][:0])
+    with pytest.raises(tc.CaptureError, match="no outputs"):
+        tc.verify_capture(empty)
+
+
+def _bad_captures(tmp_path):
+    cap = tc.load_capture(SPECIAL["wgmma"])
+    meta = cap["meta"]
+    text = tmp_path / "notes.txt"
+    text.write_text("# not a capture\n")
+    npy = tmp_path / "array.npy"
+    np.save(npy, np.zeros(3, np.float32))
+    obj = tmp_path / "pickled.npz"
+    np.savez(obj, meta=np.array(json.dumps(meta)), a=np.array([{"x": 1}], dtype=object))
+    badjson = tmp_path / "badjson.npz"
+    np.savez(badjson, meta=np.array("{not json"), d=cap["d"])
+    (tmp_path / "empty.npz").write_bytes(b"")
+    (tmp_path / "truncated.npz").write_bytes(open(SPECIAL["wgmma"], "rb").read()[:200])
+    no_b_format = {k: v for k, v in meta.items() if k != "b_format"}
+    return {
+        "no b": (_save(tmp_path / "no_b.npz", cap, b=None), r"no 'b'"),
+        "no c": (_save(tmp_path / "no_c.npz", cap, c=None), r"no 'c'"),
+        "no d": (_save(tmp_path / "no_d.npz", cap, d=None), r"no 'd'"),
+        "no b_format": (_save(tmp_path / "no_bf.npz", cap, meta=no_b_format), r"meta\['b_format'\]"),
+        "d wrong shape": (_save(tmp_path / "shape.npz", cap, d=cap["d"][:, :, :4]), r"'d' has shape \(16, 64, 4\)"),
+        "d wrong rank": (_save(tmp_path / "rank.npz", cap, d=cap["d"].reshape(16, -1)), r"'d' must have 3 dim"),
+        "a int32": (_save(tmp_path / "a32.npz", cap, a=cap["a"].astype(np.int32)), r"'a' must be uint8"),
+        "unknown output": (_save(tmp_path / "extra.npz", cap, d_x=cap["d"]), r"unknown output 'd_x'"),
+        "unknown instruction": (
+            _save(tmp_path / "ins.npz", cap, meta={**meta, "instruction": "hgmma"}),
+            r"unknown instruction 'hgmma'",
+        ),
+        "text file": (str(text), r"not a zip archive"),
+        "npy file": (str(npy), r"single \.npy array"),
+        "empty file": (str(tmp_path / "empty.npz"), r"an empty file"),
+        "truncated": (str(tmp_path / "truncated.npz"), r"not an \.npz capture|damaged"),
+        "pickled": (str(obj), r"pickled|object"),
+        "bad meta": (str(badjson), r"not valid JSON"),
+        "directory": (str(tmp_path), r"directory"),
+    }
+
+
+def test_verify_names_what_is_wrong_with_a_file(tmp_path):
+    """Malformed files raise CaptureError with the file and the problem, never another exception."""
+    for what, (path, pattern) in _bad_captures(tmp_path).items():
+        with pytest.raises(tc.CaptureError, match=pattern) as e:
+            tc.verify_capture(path)
+        assert str(path) in str(e.value), what
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        tc.verify_capture(str(tmp_path / "missing.npz"))
+
+
+def test_verify_other_capture_kinds():
+    """Probe captures are scored bit for bit; GEMM and cvt captures are named, not scored."""
+    from dataclasses import replace
+
+    path = os.path.join(DATA, "probes_sm90_wgmma.f16.npz")
+    with np.load(path) as z:
+        ds = [z[k] for k in z.files if k.startswith("D")]
+    r = tc.verify_capture(path)
+    assert r["kind"] == "probes" and r["mismatches"] == 0 and r["n"] == sum(d.size for d in ds) > 14000
+    n_nan = sum(int(np.isnan(d).sum()) for d in ds)
+    assert n_nan > 0
+    r = tc.verify_capture(path, replace(tc.get_model("wgmma.f16"), nan_bits=0x7FFFFFFF))
+    assert r["mismatches"] == n_nan
+    for name, kind in (("gemm_sm90.npz", "gemm"), ("cvt_sm90.npz", "cvt")):
+        with pytest.raises(tc.NotTensorCoreCaptureError, match="not a tensor-core capture") as e:
+            tc.verify_capture(os.path.join(DATA, name))
+        assert e.value.kind == kind
+    assert tc.capture_kind(tc.load_capture(CHAIN_FILES[0])) == "chain"
+
+
+def test_cli_verify_scores_every_file_and_summarizes(tmp_path, capsys):
+    from fp8sim.cli import main
+
+    cap = tc.load_capture(SPECIAL["wgmma"])
+    d = cap["d"].copy()
+    d.view(np.uint32)[np.isnan(d)] ^= np.uint32(0x80000000)  # every NaN's sign flipped
+    tampered = _save(tmp_path / "tampered.npz", cap, d=d)
+    bad = _bad_captures(tmp_path)
+    good = SPECIAL["wgmma"]
+    gemm = os.path.join(DATA, "gemm_sm90.npz")
+    files = [good, gemm, bad["no b"][0], tampered, bad["text file"][0], os.path.join(DATA, "probes_sm90_wgmma.npz")]
+    code = main(["verify", *files])
+    out, err = capsys.readouterr()
+    assert code == 1 and err == ""
+    summary = out[out.index("summary:") :]
+    for f in files:
+        assert f in summary
+    n_nan = int(np.isnan(d).sum())
+    assert f"{d.size - n_nan}/{d.size}" in out and "no 'b'" in out and "not a zip archive" in out
+    assert "skipped" in summary and "(gemm capture)" in summary
+    # strict JSON (NaN values of the mismatches as strings), the same verdicts
+    code = main(["verify", *files, "--json"])
+    out, _ = capsys.readouterr()
+    res = json.loads(out, parse_constant=lambda c: pytest.fail(f"invalid JSON constant {c}"))
+    assert code == 1 and res["ok"] is False
+    assert [r["status"] for r in res["files"]] == ["bit-exact", "skipped", "error", "mismatch", "error", "bit-exact"]
+    assert res["files"][3]["mismatches"] == n_nan and res["files"][3]["first_mismatches"][0]["hardware"] == "nan"
+    # good files (and a named skip) pass; nothing scored does not
+    assert main(["verify", good, gemm]) == 0
+    assert main(["verify", gemm]) == 1
+    out, _ = capsys.readouterr()
+    assert "no outputs were scored" in out
+    empty = _save(tmp_path / "e.npz", cap, a=cap["a"][:0], b=cap["b"][:0], c=cap["c"][:0], d=cap["d"][:0])
+    assert main(["verify", empty]) == 1
+    assert "no outputs" in capsys.readouterr().out
+    assert main(["verify", good, "--model", "hgmma"]) == 2
+    assert "did you mean 'wgmma'" in capsys.readouterr().err
+
+
+def test_gpu_verify_tool_delegates(capsys):
+    from gpu import verify
+
+    assert verify.main([SPECIAL["wgmma"]]) == 0
+    assert verify.main([SPECIAL["wgmma"], "--instruction", "exact"]) == 1
+    assert "summary:" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------ model parameters are checked
+@pytest.mark.parametrize(
+    "kw,exc,pattern",
+    [
+        (dict(frac_bits=13.5), TypeError, "frac_bits must be an integer"),
+        (dict(frac_bits=13.0), TypeError, "frac_bits must be an integer"),
+        (dict(frac_bits="13"), TypeError, "frac_bits must be an integer"),
+        (dict(frac_bits=True), TypeError, "bool"),
+        (dict(frac_bits=41), ValueError, "0..40"),
+        (dict(block=16.0), TypeError, "block must be an integer"),
+        (dict(block=False), TypeError, "bool"),
+        (dict(out_frac_bits=23.0), TypeError, "out_frac_bits"),
+        (dict(out_frac_bits=11, output="f16"), ValueError, "0..10"),
+        (dict(nan_bits=0), ValueError, "float32 NaN"),
+        (dict(nan_bits=0x7F800000), ValueError, "float32 NaN"),  # +inf
+        (dict(nan_bits=0xFF800000), ValueError, "float32 NaN"),  # -inf
+        (dict(nan_bits=0x3F800000), ValueError, "float32 NaN"),  # 1.0
+        (dict(nan_bits=2**32 + 0x7FFFFFFF), ValueError, "float32 NaN"),
+        (dict(nan_bits=-1), ValueError, "float32 NaN"),
+        (dict(nan_bits=float("nan")), TypeError, "nan_bits must be an integer"),
+        (dict(k_order=tuple(float(k) for k in range(32))), TypeError, "k_order must hold integers"),
+        (dict(k_order=tuple(range(31))), ValueError, "permutation"),
+        (dict(k_order="0123"), TypeError, "k_order"),
+        (dict(kind="fuse"), tc.UnknownNameError, "did you mean 'fused'"),
+        (dict(out_rounding="rnee"), tc.UnknownNameError, "did you mean 'rne'"),
+        (dict(align_rounding="RZ"), tc.UnknownNameError, "align_rounding"),
+        (dict(output="fp16"), tc.UnknownNameError, r"did you mean 'f16'.*f32, f16"),
+        (dict(c_mode=1), TypeError, "c_mode"),
+        (dict(validated="yes"), TypeError, "validated"),
+    ],
+)
+def test_accumulator_model_rejects_bad_parameters(kw, exc, pattern):
+    with pytest.raises(exc, match=pattern):
+        tc.AccumulatorModel(name="x", **kw)
+
+
+def test_accumulator_model_accepts_numpy_integers_and_any_float32_nan():
+    m = tc.AccumulatorModel(name="x", frac_bits=np.int64(13), block=np.int32(32), k_order=np.arange(32))
+    assert type(m.frac_bits) is int and type(m.block) is int and m.k_order == tuple(range(32))
+    for bits in (0x7FC00000, 0xFFC00001, 0x7F800001):
+        m = tc.AccumulatorModel(name="x", nan_bits=bits)
+        a = np.zeros((1, 32), np.uint8)
+        a[0, 0] = 0x7F  # e4m3 NaN
+        d = tc.mma(
+            a,
+            np.zeros((32, 1), np.uint8),
+            np.zeros((1, 1), np.float32),
+            a_format="e4m3",
+            b_format="e4m3",
+            instruction=m,
+        )
+        assert int(d.view(np.uint32)[0, 0]) == bits
+
+
+def test_get_model_unknown_names():
+    with pytest.raises(tc.UnknownNameError, match=r"unknown instruction 'wgmm'.*did you mean 'wgmma'"):
+        tc.get_model("wgmm")
+    with pytest.raises(tc.UnknownNameError, match=r"unknown arch 'sm91'.*did you mean 'sm90'"):
+        tc.get_model("wgmma", "sm91")
+    with pytest.raises(tc.UnknownNameError, match=r"no preset for arch 'sm89'"):
+        tc.get_model("wgmma", "sm89")
+    assert issubclass(tc.UnknownNameError, ValueError)
+    with pytest.raises(TypeError, match="arch"):
+        tc.get_model("wgmma", 90)
+
+
+# ------------------------------------------------------------ shapes and layouts
+KW = dict(a_format="e4m3", b_format="e5m2")
+
+
+@pytest.mark.parametrize("ins", ["wgmma", "mma.sync", "wgmma.f16", "exact", "fp32"])
+def test_empty_shapes(ins):
+    """M = 0, N = 0 or an empty batch give an empty result of the right shape (issue #18, item 18)."""
+    for M, N, T in ((0, 8, 2), (4, 0, 2), (0, 0, 1), (4, 8, 0)):
+        a = np.zeros((T, M, 32), np.uint8)
+        b = np.zeros((T, 32, N), np.uint8)
+        d = tc.mma(a, b, np.zeros((T, M, N), np.float32), instruction=ins, **KW)
+        assert d.shape == (T, M, N) and d.dtype == np.float32
+        for promote in (None, 64):
+            d = tc.matmul(
+                np.zeros((M, 128), np.uint8), np.zeros((128, N), np.uint8), instruction=ins, promote_every=promote, **KW
+            )
+            assert d.shape == (M, N) and d.dtype == np.float32
+
+
+@pytest.mark.parametrize("ins", ["wgmma", "wgmma.f16", "mma.sync"])
+@pytest.mark.parametrize("promote", [None, 32])
+def test_matmul_with_k_zero_returns_c(ins, promote):
+    """K = 0: no product at all, D = C bit for bit (NaN payload, -0, values fp16 cannot hold)."""
+    c = np.array([[1 + 2.0**-20, -0.0, np.inf], [np.nan, -3.5, 1e-40]], np.float32)
+    c.view(np.uint32)[1, 0] = 0xFFC01234
+    d = tc.matmul(
+        np.zeros((2, 0), np.uint8), np.zeros((0, 3), np.uint8), c, instruction=ins, promote_every=promote, **KW
+    )
+    assert d.dtype == np.float32 and np.array_equal(d.view(np.uint32), c.view(np.uint32))
+    d = tc.matmul(np.zeros((5, 2, 0), np.uint8), np.zeros((0, 3), np.uint8), instruction=ins, **KW)
+    assert d.shape == (5, 2, 3) and np.array_equal(d.view(np.uint32), np.zeros((5, 2, 3), np.uint32))
+
+
+def test_f16_accumulator_with_promotion_keeps_c_in_fp32():
+    """With promote_every, C starts the fp32 accumulator: 1 + 2^-20 (no fp16 value) plus
+    zero products stays 1 + 2^-20.  Without promotion C enters the fp16 accumulator: 1."""
+    c = np.full((2, 2), 1 + 2.0**-20, np.float32)
+    z = np.zeros((2, 64), np.uint8), np.zeros((64, 2), np.uint8)
+    assert (tc.matmul(*z, c, instruction="wgmma.f16", promote_every=32, **KW) == c).all()
+    assert (tc.matmul(*z, c, instruction="wgmma.f16", **KW) == np.float32(1.0)).all()
+
+
+def test_non_contiguous_and_fortran_inputs():
+    """Strided, transposed and Fortran-ordered inputs give the results of contiguous copies."""
+    rng = np.random.default_rng(9)
+    big_a = rng.integers(0, 0x70, (3, 8, 128)).astype(np.uint8)
+    big_b = rng.integers(0, 0x70, (3, 128, 10)).astype(np.uint8)
+    c = rng.standard_normal((3, 10, 4)).astype(np.float32).transpose(0, 2, 1)[:, :4, :5]
+    a, b = big_a[:, :4, ::2], big_b[:, 1::2, ::2]
+    assert not (a.flags.c_contiguous or b.flags.c_contiguous or c.flags.c_contiguous)
+    for ins in ("wgmma", "mma.sync"):
+        ref = tc.matmul(a.copy(), b.copy(), c.copy(), instruction=ins, **KW)
+        assert np.array_equal(tc.matmul(a, b, c, instruction=ins, **KW).view(np.uint32), ref.view(np.uint32))
+        ref = tc.mma(a[..., :32].copy(), b[:, :32].copy(), c.copy(), instruction=ins, **KW)
+        got = tc.mma(np.asfortranarray(a[..., :32]), np.asfortranarray(b[:, :32]), c, instruction=ins, **KW)
+        assert np.array_equal(got.view(np.uint32), ref.view(np.uint32))
+
+
+def test_more_input_checks():
+    a, b, c = np.zeros((4, 32), np.uint8), np.zeros((32, 8), np.uint8), np.zeros((4, 8), np.float32)
+    with pytest.raises(ValueError, match=r"batch dimensions of a, b, c do not broadcast"):
+        tc.mma(np.zeros((3, 4, 32), np.uint8), np.zeros((2, 32, 8), np.uint8), c, **KW)
+    with pytest.raises(TypeError, match="promote_every"):
+        tc.matmul(a, b, promote_every=64.0, **KW)
+    with pytest.raises(TypeError, match="promote_every"):
+        tc.matmul(a, b, promote_every=True, **KW)
+    with pytest.raises(TypeError, match="c is required"):
+        tc.mma(a, b, None, **KW)
+    with pytest.raises(TypeError, match="c must be a float32 array"):
+        tc.mma(a, b, c.astype(np.int32), **KW)
+    with pytest.raises(TypeError, match="uint8"):
+        tc.mma(a.astype(bool), b, c, **KW)
+    # bfloat16 and float16 C hold float32 values: converted exactly
+    cb = np.full((4, 8), 1.5, ml_dtypes.bfloat16)
+    assert (tc.mma(a, b, cb, **KW) == np.float32(1.5)).all()
+    assert (tc.mma(a, b, c.astype(np.float16) + np.float16(2.0**-24), **KW) == np.float32(2.0**-24)).all()

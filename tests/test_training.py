@@ -145,7 +145,7 @@ def test_fprop_dgrad_wgrad_quantization_axes_deepseek():
     rng = np.random.default_rng(4)
     T, din, dout = 256, 256, 128
     lin = L.Linear.create("lin", "mlp_up", din, dout, rng, 0.05)
-    ctx = Context(precision_for("deepseek-v3"))
+    ctx = Context(precision_for("deepseek-v3"), "fast")  # fp32 partials: the bounds below assume them
     X = _outlier_tokens(rng, T, din)
     dY = _outlier_tokens(rng, T, dout) * 1e-4
     Y = lin.forward(X, ctx)
@@ -185,7 +185,7 @@ def test_wgrad_fails_if_fprop_quantization_of_x_is_reused(monkeypatch):
 
     def run():
         lin = L.Linear.create("lin", "mlp_up", din, dout, np.random.default_rng(0), 0.05)
-        ctx = Context(precision_for("deepseek-v3"))
+        ctx = Context(precision_for("deepseek-v3"), "fast")  # fp32 partials, as the 1e-5 bound assumes
         lin.forward(X, ctx)
         lin.backward(dY, ctx)
         return lin.weight.grad
@@ -396,7 +396,8 @@ def test_cli_train(tmp_path, capsys):
         ]
     )
     s = json.loads(capsys.readouterr().out)
-    assert code == 0 and s["steps"] == 3 and s["fidelity"] == "fast" and s["gemm_backend"] == "fp8sim.gemm"
+    # the default fidelity is "exact", as for fp8sim.gemm (machine-independent numbers)
+    assert code == 0 and s["steps"] == 3 and s["fidelity"] == "exact" and s["gemm_backend"] == "fp8sim.gemm"
     r = s["recipes"]["deepseek-v3"]
     for k in (
         "final_loss",
@@ -435,3 +436,178 @@ def test_recipe_decides_which_parts_are_fp8():
     assert precision_for("fp64").dtype == np.float64 and precision_for("bf16").moment_format == "bf16"
     with pytest.raises(ValueError, match="role"):
         L.matmul(np.ones((2, 2)), np.ones((2, 2)), "bf16", "forward")
+
+
+# ------------------------------------------------------------------ machine independence (fidelity="exact")
+def test_det_matmul_is_the_fixed_order_float64_sum():
+    from fp8sim.training._detmath import det_matmul
+
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((2, 3, 5, 37)).astype(np.float32)
+    b = rng.standard_normal((3, 37, 6)).astype(np.float32)  # broadcast over the first axis
+    got = det_matmul(a, b)
+    # independent reference: numpy elementwise float64 operations, one k at a time (each * and + rounded)
+    acc = np.zeros((2, 3, 5, 6))
+    for k in range(37):
+        acc = acc + a[..., :, k, None].astype(np.float64) * b[None, :, k, None, :].astype(np.float64)
+    assert got.dtype == np.float64 and got.shape == (2, 3, 5, 6)
+    assert np.array_equal(got, acc)
+    with pytest.raises(ValueError, match="inner dimensions"):
+        det_matmul(a, b[:, :5])
+
+
+def test_det_transcendentals_round_float64_results_once():
+    from fp8sim.training._detmath import det_exp, det_log, det_tanh
+
+    rng = np.random.default_rng(4)
+    x = np.concatenate([rng.standard_normal(20000) * 8, rng.standard_normal(200) * 1e-3, [0.0, -0.0, 95.0, -110.0]])
+    x32 = x.astype(np.float32)
+    x64 = x32.astype(np.float64)
+    with np.errstate(over="ignore"):
+        assert np.array_equal(det_exp(x32), np.exp(x64).astype(np.float32))
+    assert np.array_equal(det_tanh(x32), np.tanh(x64).astype(np.float32))
+    pos = np.abs(x32) + np.float32(1)
+    assert np.array_equal(det_log(pos), np.log(pos.astype(np.float64)).astype(np.float32))
+    # float64 in, float64 out, within 4 ulp of numpy's float64 results
+    for f, g, v in (
+        (det_exp, np.exp, x64[:2000]),
+        (det_tanh, np.tanh, x64[:2000]),
+        (det_log, np.log, pos[:2000].astype(np.float64)),
+    ):
+        r, ref = f(v), g(np.asarray(v, np.float64))
+        assert r.dtype == np.float64
+        assert np.all(np.abs(r - ref) <= 4 * np.spacing(np.abs(ref)))
+    # IEEE special values
+    sp = np.array([np.nan, np.inf, -np.inf], np.float32)
+    assert np.array_equal(det_exp(sp), [np.nan, np.inf, 0.0], equal_nan=True)
+    assert np.array_equal(det_tanh(sp), [np.nan, 1.0, -1.0], equal_nan=True)
+    assert np.array_equal(det_log(np.array([0.0, -1.0, np.inf], np.float32)), [-np.inf, np.nan, np.inf], equal_nan=True)
+    with pytest.raises(TypeError, match="float array"):
+        det_exp(np.arange(3))
+
+
+_DETERMINISM_SCRIPT = """
+import hashlib, json, numpy as np
+from dataclasses import replace
+from fp8sim.training.model import ModelConfig
+from fp8sim.training.train import TrainConfig, train_one
+cfg = TrainConfig(model=ModelConfig(d_model=32, n_layers=1, n_heads=2, d_ff=64, context=16), batch=4,
+                  corpus_tokens=20000, warmup=2, eval_batches=1, threads=None)
+out = {}
+for r in ("bf16", "deepseek-v3"):
+    res = train_one(r, 4, seed=0, config=cfg, fidelity="exact", keep_params=True)
+    h = hashlib.sha256()
+    for k in sorted(res.params):
+        h.update(np.ascontiguousarray(res.params[k]).tobytes())
+    out[r] = [res.losses.tobytes().hex(), float(res.val_loss).hex(), h.hexdigest()]
+print(json.dumps(out))
+"""
+
+
+def test_exact_training_is_bit_identical_across_thread_counts():
+    """fidelity="exact" must not depend on BLAS or numba thread counts (nor, by construction, on the
+    CPU's BLAS kernels or SIMD transcendentals): losses and final weights bit for bit."""
+    import os
+    import subprocess
+    import sys
+
+    outs = []
+    for n in ("1", "2"):
+        env = dict(os.environ, OPENBLAS_NUM_THREADS=n, OMP_NUM_THREADS=n, MKL_NUM_THREADS=n, NUMBA_NUM_THREADS=n)
+        p = subprocess.run([sys.executable, "-c", _DETERMINISM_SCRIPT], env=env, capture_output=True, text=True)
+        assert p.returncode == 0, p.stderr
+        outs.append(json.loads(p.stdout.strip().splitlines()[-1]))
+    assert outs[0] == outs[1]
+    assert outs[0]["bf16"] != outs[0]["deepseek-v3"]  # the comparison compares something
+
+
+# ------------------------------------------------------------------ figures
+def _fake_results(n):
+    from fp8sim.training.train import RunResult
+
+    rng = np.random.default_rng(0)
+    base = 5.0 - np.linspace(0, 2, n) + 0.01 * rng.standard_normal(n)
+    out = {}
+    for name, off in (("deepseek-v3", 0.0), ("per-tensor", 0.003), ("bf16", 0.0)):  # bf16 == deepseek-v3 exactly
+        amax = np.linspace(1, 2, n)
+        series = {"layer0.mlp.up:x": {"amax": amax}, "layer0.mlp.up:dy": {"amax": amax * 1e-3}}
+        out[name] = RunResult(name, base + off, base, base, 1.0, 1.0, n, {}, [], series, 0, 0, "exact")
+    return out
+
+
+def _captured_figures(monkeypatch):
+    import matplotlib.pyplot as plt
+
+    figs = []
+    monkeypatch.setattr(plt, "close", lambda fig=None: figs.append(fig))
+    return figs
+
+
+@pytest.mark.parametrize("n", [10, 300])
+def test_loss_figure_labels_and_reference_on_top(tmp_path, monkeypatch, n):
+    from fp8sim.training import figures as F
+
+    figs = _captured_figures(monkeypatch)
+    F.loss_curves(str(tmp_path / "l.png"), _fake_results(n))
+    F.rel_loss_error(str(tmp_path / "r.png"), _fake_results(n), 0.0025)
+    F.layer_amax(str(tmp_path / "a.png"), _fake_results(n))
+    loss_fig, rel_fig, amax_fig = figs
+    top, bottom = loss_fig.axes
+    for ax in (top, bottom, rel_fig.axes[0]):
+        label = ax.get_ylabel()
+        assert "last 1)" not in label and "mean of the last" not in label
+        assert ("running mean of 1" in label) == (n == 300)  # 300 // 30 or 300 // 20 steps
+        assert ("per step" in label) == (n == 10)
+    # bf16 is drawn last, above every other recipe, and distinguishable (dashed black)
+    lines = [ln for ln in top.get_lines() if not ln.get_label().startswith("_")]
+    assert [ln.get_label() for ln in lines][-1] == "bf16"
+    bf = lines[-1]
+    assert bf.get_linestyle() == "--" and bf.get_zorder() > max(ln.get_zorder() for ln in lines[:-1])
+    # the difference panel separates recipes that overlap on top: per-tensor at +0.003 / L
+    diff = {ln.get_label(): ln.get_ydata() for ln in bottom.get_lines()}
+    assert np.allclose(diff["deepseek-v3"], 0.0)
+    assert np.all(np.asarray(diff["per-tensor"]) > 0)
+    assert "%" in bottom.get_ylabel()
+    # every amax panel has a y-label; legends sit right of the axes, not over the data
+    assert all(ax.get_ylabel().startswith("amax") for ax in amax_fig.axes)
+    for fig in (loss_fig, rel_fig, amax_fig):
+        fig.canvas.draw()
+        for ax in fig.axes:
+            leg = ax.get_legend()
+            if leg is not None:
+                assert leg.get_window_extent().x0 >= ax.get_window_extent().x1
+
+
+def test_cli_study_json_prints_the_numbers(tmp_path, capsys, monkeypatch):
+    """``fp8sim study accumulation --json`` prints the headline errors and every row, not only file paths."""
+    from fp8sim.cli import main
+    from fp8sim.studies import accumulation
+
+    row = {"part": "accumulator", "distribution": "uniform", "config": "wgmma", "K": 4096, "promote_every": 0}
+    row.update(max_rel=0.0703, median_rel=0.066, rel_frobenius=0.066, n=16)
+    fake = {
+        "csv": str(tmp_path / "accumulation_study.csv"),
+        "figures": [],
+        "rows": [row],
+        "headline": accumulation._headline([row], [4096]),
+        "seconds": 0.1,
+    }
+    monkeypatch.setattr(accumulation, "run", lambda *a, **k: fake)
+    assert main(["study", "accumulation", "--out", str(tmp_path), "--json", "--quiet"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["headline"]["uniform/no promotion"]["max_rel"] == 0.0703
+    assert out["headline"]["h200"]["uniform/no promotion"]["max_rel"] == 0.0704  # the measured H200 value
+    assert out["rows"] == [row]
+
+
+def test_bf16_operands_from_float64_round_once():
+    """1 + 2**-8 + 2**-30 is above the bf16 midpoint 1 + 2**-8, so RNE gives 1 + 2**-7; rounding via
+    float32 first lands exactly on the midpoint and ties to even, 1.0 (double rounding)."""
+    from fp8sim.training import linear
+
+    a = np.array([[1 + 2**-8 + 2**-30]], dtype=np.float64)
+    b = np.array([[1.0]], dtype=np.float64)
+    for fidelity in ("fast", "exact"):
+        y = linear.matmul(a, b, "bf16", "fprop", fidelity=fidelity)
+        assert y[0, 0] == 1 + 2**-7, fidelity
+    assert linear.fallback_gemm(a, b, "bf16")[0, 0] == 1 + 2**-7

@@ -7,8 +7,10 @@ touched) before the numpy parser sees it:
 
 * Sphinx roles (``:func:`~fp8sim.round```, ``:class:`Format```, ...) become code spans;
 * ``**`` used as a power (``2**-127``) is escaped so that Markdown does not read it as bold;
-* reST literal blocks (a paragraph ending in ``::`` followed by an indented block) and
-  simple tables (``=====  =====`` rules) become fenced code blocks;
+* reST literal blocks (a paragraph ending in ``::`` followed by an indented block) become
+  fenced code blocks, simple tables (``=====  =====`` rules; a row whose first cell is empty
+  continues the row above) Markdown tables;
+* a mention of a documentation page (``docs/gemm.md``) becomes a link to that page;
 * ``name : description`` items of Parameters/Attributes sections become numpy items with the
   description on its own line (the signature supplies the types), and the free text of a
   Returns section becomes the description of an unnamed item.
@@ -28,6 +30,7 @@ ROLE = re.compile(r":(?:py:)?(?:func|meth|class|mod|data|attr|obj|exc|const|term
 POWER = re.compile(r"(?<=[\w)\].])\*\*(?=[-+\w(.])")
 CODE_SPAN = re.compile(r"(``.+?``|`[^`]+`)")
 TABLE_RULE = re.compile(r"^\s*=+(\s+=+)+\s*$")
+DOC_PAGE = re.compile(r"(?<![\w/.`\[(])docs/([a-z][\w-]*)\.md\b")
 NAMED = re.compile(r"^\s*\w+\s*:(\s|$)")
 ITEM_SECTIONS = {"parameters", "other parameters", "attributes", "keyword arguments"}
 FREE_SECTIONS = {"returns", "yields"}
@@ -44,9 +47,44 @@ def _role(match: re.Match) -> str:
 
 
 def _inline(line: str) -> str:
-    """Escape powers outside code spans."""
+    """Escape powers and link documentation pages, outside code spans."""
     parts = CODE_SPAN.split(line)
-    return "".join(p if i % 2 else POWER.sub(r"\\*\\*", p) for i, p in enumerate(parts))
+    return "".join(
+        p if i % 2 else DOC_PAGE.sub(r"[docs/\1.md](../\1.md)", POWER.sub(r"\\*\\*", p)) for i, p in enumerate(parts)
+    )
+
+
+def _table(lines: list[str]) -> list[str]:
+    """A reST simple table (``lines`` from its first rule to its last) as a Markdown table."""
+    rule = lines[0]
+    spans = [m.span() for m in re.finditer(r"=+", rule)]
+    starts = [a for a, _ in spans]
+
+    def cells(line: str) -> list[str]:
+        bounds = starts[1:] + [max(len(line), starts[-1]) + 1]
+        return [line[a:b].strip() for a, b in zip(starts, bounds)]
+
+    rules = [i for i, t in enumerate(lines) if TABLE_RULE.match(t)]
+    header: list[str] | None = None
+    rows: list[list[str]] = []
+    for i, t in enumerate(lines):
+        if i in rules or not t.strip():
+            continue
+        c = cells(t)
+        if len(rules) >= 3 and i < rules[1]:
+            header = c if header is None else [f"{h} {x}".strip() for h, x in zip(header, c)]
+        elif rows and not c[0]:
+            rows[-1] = [f"{r} {x}".strip() for r, x in zip(rows[-1], c)]
+        else:
+            rows.append(c)
+    if header is None:
+        header = [""] * len(starts)
+    pad = " " * _indent(rule)
+
+    def md(r: list[str]) -> str:
+        return pad + "| " + " | ".join(_inline(x).replace("|", "\\|") for x in r) + " |"
+
+    return ["", md(header), pad + "|" + "---|" * len(starts), *[md(r) for r in rows], ""]
 
 
 def _indent(line: str) -> int:
@@ -70,9 +108,7 @@ def _blocks(lines: list[str]) -> list[str]:
             j = i
             while j + 1 < len(lines) and lines[j + 1].strip():
                 j += 1
-            pad = " " * _indent(line)
-            table = [t.replace("``", "") for t in lines[i : j + 1]]  # code markup means nothing in a code block
-            out += [pad + "```text", *table, pad + "```"]
+            out += _table(lines[i : j + 1])
             i = j + 1
             continue
         if line.rstrip().endswith("::") and not line.lstrip().startswith((">>>", "...")):

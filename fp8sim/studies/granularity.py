@@ -121,6 +121,7 @@ def run(
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
     from tqdm.auto import tqdm
 
     from .. import metrics
@@ -211,7 +212,7 @@ def run(
         ax.set_title(f"{fmt}: SQNR (fp32 scales; MX E8M0 floor)")
         ax.grid(axis="y", alpha=0.3)
     axes[0].set_ylabel("SQNR [dB]")
-    axes[-1].legend(fontsize=8)
+    axes[-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)  # not over the bars
     fig.tight_layout()
     figures.append(os.path.join(out_dir, "sqnr_by_granularity.png"))
     fig.savefig(figures[-1], dpi=110)
@@ -274,7 +275,7 @@ def run(
                 ax.hist(lr, bins=bins, histtype="step", label=g, density=True)
             ax.set_xlabel("log10 |relative error| (1e-8 = exact)")
             ax.set_title(f"{fmt}, outlier channels")
-            ax.legend(fontsize=8)
+        axes[-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
         axes[0].set_ylabel("density")
         save(fig, "error_histograms.png")
 
@@ -286,8 +287,12 @@ def run(
             q = keep_q[(fmts[0], g)][0]
             im = ax.imshow(np.log2(q.scales.astype(np.float64)), aspect="auto", cmap="magma", interpolation="nearest")
             ax.set_title(f"{fmts[0]} {g}: log2(scale), scales {q.scales.shape}")
-            ax.set_xlabel("block column (K)")
-            ax.set_ylabel("block row (tokens)")
+            # block indices are integers: no fractional ticks (one block row would get -0.4 .. 0.4)
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
+            ax.yaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
+            bm, bn = q.block_shape
+            ax.set_xlabel(f"block column ({bn} elements of K each)")
+            ax.set_ylabel(f"block row ({bm} token{'s' if bm > 1 else ''} each)")
             fig.colorbar(im, ax=ax)
         fig.suptitle("Per-block scales of an activation tensor with outlier channels")
         save(fig, "scale_heatmap.png")

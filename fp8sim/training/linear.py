@@ -116,31 +116,17 @@ def quantize_operand(a, fmt: str, g, k_axis: int, *, scale_format=None, scale_ro
     return _quantize(a, fmt, go, scale_format=scale_format, scale_rounding=scale_rounding, margin=margin)
 
 
-def _overflow_threshold(fmt) -> float:
-    """The magnitude from which a value rounds beyond ``fmt.max`` (nearest rounding): max + half an ulp."""
-    e = int(np.floor(np.log2(fmt.max)))
-    return float(fmt.max + 2.0 ** (e - fmt.mbits) / 2)
-
-
 def operand_stats(a: np.ndarray, q: QuantizedTensor) -> tuple[int, int]:
-    """``(n_saturated, n_underflow)`` of the quantization ``q`` of ``a``.  Saturated: elements that
-    the saturating conversion clipped, i.e. ``|a| / scale`` at or beyond the overflow threshold
-    ``fmt.max + ulp(max) / 2`` (464 for E4M3), infinities included; a block's amax that lands on
-    ``fmt.max`` by ordinary rounding (fp32 ``amax / max`` scales are rounded) is not counted.
-    Underflowed: nonzero finite elements that became zero."""
-    fmt = q.format
-    a = np.asarray(a)
-    mag = q.codes & np.uint8(0x7F)
-    # a zero element always gets a zero code; every other zero code is an underflow (NaN/inf never encode as 0)
-    under = int(np.count_nonzero(mag == 0) - np.count_nonzero(a == 0))
-    sat = int(np.count_nonzero(np.isinf(a)))
-    with np.errstate(invalid="ignore"):
-        limit = _overflow_threshold(fmt) * q.scales.astype(np.float64) * q.global_scale
-        idx = np.nonzero(mag == fmt.max_code_mag)  # only these can have been clipped
-        if idx[0].size:
-            s = limit[tuple(i // b for i, b in zip(idx, q.block_shape))]
-            sat += int(np.count_nonzero(np.isfinite(a[idx]) & (np.abs(a[idx].astype(np.float64)) >= s)))
-    return sat, under
+    """``(n_saturated, n_underflow)`` of the quantization ``q`` of ``a`` (RNE, as
+    :func:`quantize_operand` rounds), with the definitions of :mod:`fp8sim.metrics`: saturated
+    elements are those the conversion clipped (``a / scale`` rounds beyond ``fmt.max``; a block
+    amax that lands a float32 step above ``fmt.max`` because the fp32 scale was rounded is not
+    counted), infinities included; underflowed elements are nonzero, non-NaN elements that
+    became exactly zero."""
+    from ..metrics import quantization_counts
+
+    c = quantization_counts(a, q, mode="rne")
+    return c["n_saturated"], c["n_underflow"]
 
 
 # ------------------------------------------------------------------ the GEMM backend
@@ -162,8 +148,9 @@ def fallback_gemm(a, b, recipe, *, layout: str = "kn") -> np.ndarray:
         t = np.asarray(t)
         if fmt == "fp64":
             return t.astype(np.float64)
-        t = t.astype(np.float32)
-        return _round(t, "bf16") if fmt == "bf16" else t
+        if fmt == "bf16":  # RNE once from the input's own precision (not float64 -> float32 -> bf16)
+            return _round(t, "bf16").astype(np.float32)
+        return t.astype(np.float32)
 
     av = val(a, r.x_format)
     bv = val(b, r.w_format)
@@ -239,17 +226,20 @@ def role_recipe(recipe, role: str):
     return rb
 
 
-def matmul(a, b, recipe, role: str, *, layout: str = "kn", fidelity: str = "fast") -> np.ndarray:
+def matmul(a, b, recipe, role: str, *, layout: str = "kn", fidelity: str = "exact") -> np.ndarray:
     """The one GEMM of :mod:`fp8sim.training`: ``a @ b`` (``b`` given as ``(N, K)`` with
     ``layout="nk"``) as GEMM ``role`` (``"fprop"``, ``"dgrad"``, ``"wgrad"``) of ``recipe``.
 
     For FP8 recipes the operands should be :class:`QuantizedTensor` objects quantized along K
     (:func:`quantize_operand`); float arrays are quantized here with the role's formats and the
     recipe's granularities laid along K (``a`` along axis 1, ``b`` along its K axis).  Wide recipes
-    take float arrays; arrays with more than 2 dimensions are batched GEMMs (attention): wide
-    recipes run them as one batched numpy product with the same casts as :func:`fp8sim.gemm`
-    (operands rounded to the recipe's format, float32 products summed by BLAS, output rounded to
-    the output format), FP8 recipes one :func:`fp8sim.gemm` per matrix.
+    take float arrays; arrays with more than 2 dimensions are batched GEMMs (attention), FP8
+    recipes run them as one :func:`fp8sim.gemm` per matrix.  Wide recipes cast like
+    :func:`fp8sim.gemm` (operands rounded to the recipe's format, output rounded to the output
+    format); with ``fidelity="exact"`` (the default) the products are summed in float64 in a fixed
+    order (:func:`~fp8sim.training._detmath.det_matmul`) and rounded once to float32, the same bits
+    on every machine; with ``"fast"`` by float32 BLAS (:func:`fp8sim.gemm`, or one batched numpy
+    product), whose summation order depends on the machine.
 
     Returns float32 holding output-format values (float64 for fp64 recipes).
     """
@@ -262,6 +252,8 @@ def matmul(a, b, recipe, role: str, *, layout: str = "kn", fidelity: str = "fast
         if isinstance(a, QuantizedTensor) or isinstance(b, QuantizedTensor):
             raise TypeError(f"matmul: recipe {rr.name!r} is not FP8 and takes float arrays")
         a, b = np.asarray(a), np.asarray(b)
+        if fidelity == "exact":
+            return _wide_batched(a, b if layout == "kn" else np.swapaxes(b, -1, -2), rr, deterministic=True)
         if a.ndim > 2 or b.ndim > 2:
             return _wide_batched(a, b if layout == "kn" else np.swapaxes(b, -1, -2), rr)
         if fn is None:
@@ -301,17 +293,25 @@ def matmul(a, b, recipe, role: str, *, layout: str = "kn", fidelity: str = "fast
     return np.asarray(fn(a, b, rr, layout=layout, fidelity=fidelity))
 
 
-def _wide_batched(a, b, r):
+def _wide_batched(a, b, r, deterministic: bool = False):
+    """A wide-recipe GEMM (batched over leading dimensions): operands rounded to the recipe's
+    formats, products summed by numpy's BLAS (float32; machine-dependent order) or, with
+    ``deterministic``, by :func:`~fp8sim.training._detmath.det_matmul` (float64 sums in a fixed
+    order, rounded once to float32: the same bits on every machine), output rounded to the output
+    format."""
     from ..rounding import round as _round
+    from ._detmath import det_matmul
 
     def cast(t, fmt):
         if fmt == "fp64":
             return t.astype(np.float64)
-        t = t.astype(np.float32)
-        return _round(t, "bf16") if fmt == "bf16" else t
+        if fmt == "bf16":  # RNE once from the input's own precision (not float64 -> float32 -> bf16)
+            return _round(t, "bf16").astype(np.float32)
+        return t.astype(np.float32)
 
     with np.errstate(all="ignore"):
-        y = np.matmul(cast(a, r.x_format), cast(b, r.w_format))
+        ca, cb = cast(a, r.x_format), cast(b, r.w_format)
+        y = det_matmul(ca, cb) if deterministic else np.matmul(ca, cb)
     if r.output_format == "fp64" or r.x_format == "fp64":
         return y.astype(np.float64)
     y = y.astype(np.float32)

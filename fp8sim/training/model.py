@@ -9,7 +9,9 @@ split by default): the Linear layers of attention (``qkv``, ``attn_out``) and of
 (``mlp_up``, ``mlp_down``) use the recipe under test; the embedding, the output head
 (``head``), the attention score and value GEMMs (``attention``) use the BF16 baseline;
 normalization, softmax, GELU and the loss are computed in FP32 (FP64 for the ``"fp64"``
-recipe).  For BF16 and FP8 recipes the activations between layers are BF16 values (the
+recipe), with exp, tanh and log from :mod:`fp8sim.training._detmath` (float64 evaluation with
+IEEE basic operations, rounded once: the same bits on every machine, unlike numpy's SIMD
+float32 ``exp``/``tanh``).  For BF16 and FP8 recipes the activations between layers are BF16 values (the
 embedding output, every norm, GELU and residual output are rounded to BF16, as a BF16
 training framework stores them; GEMM outputs are BF16 already).  Backward passes treat
 those roundings as the identity (straight-through), as autograd does.
@@ -23,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from ..rounding import round as _round
+from ._detmath import det_exp, det_log, det_tanh
 from .linear import Linear, Param, Record, matmul, wide_recipe
 
 __all__ = [
@@ -99,7 +102,7 @@ class Context:
     fidelity, the per-tensor statistics of this step (:attr:`records`) and fault injection
     (:meth:`perturb`: a function applied to a layer's input in the forward pass)."""
 
-    def __init__(self, precision: Precision, fidelity: str = "fast"):
+    def __init__(self, precision: Precision, fidelity: str = "exact"):
         self.precision = precision
         self.fidelity = fidelity
         self.dtype = precision.dtype
@@ -225,7 +228,7 @@ class LayerNorm:
 
 def _softmax(s):
     m = np.max(s, axis=-1, keepdims=True)
-    e = np.exp(s - m)
+    e = det_exp(s - m)
     return e / np.sum(e, axis=-1, keepdims=True)
 
 
@@ -313,7 +316,7 @@ class MLP:
     def forward(self, x, ctx):
         B, S, d = x.shape
         h = self.up.forward(x.reshape(B * S, d), ctx).astype(ctx.dtype)
-        t = np.tanh(_GELU_C * (h + 0.044715 * h**3))
+        t = det_tanh(_GELU_C * (h + 0.044715 * h**3))
         g = ctx.act(0.5 * h * (1.0 + t))
         self._cache = (h, t, (B, S, d))
         return self.down.forward(g, ctx).reshape(B, S, d)
@@ -348,11 +351,11 @@ class Block:
 def cross_entropy(logits: np.ndarray, targets: np.ndarray) -> tuple[float, np.ndarray]:
     """Mean token cross-entropy of ``logits (T, V)`` and its gradient (same dtype as ``logits``)."""
     z = logits - np.max(logits, axis=-1, keepdims=True)
-    e = np.exp(z)
+    e = det_exp(z)
     ssum = np.sum(e, axis=-1, keepdims=True)
     T = logits.shape[0]
     rows = np.arange(T)
-    loss = float(np.mean(np.log(ssum[:, 0]) - z[rows, targets]))
+    loss = float(np.mean(det_log(ssum[:, 0]) - z[rows, targets]))
     g = e / ssum
     g[rows, targets] -= 1.0
     return loss, g / T

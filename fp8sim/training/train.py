@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from .._json import dumps as _strict_json
 from .._json import json_default
 from .data import Batches, corpus
 from .instruments import DriftMonitor, DynamicClipper, ElasticRestart, global_norm
@@ -153,13 +154,20 @@ def train_one(
     seed: int = 0,
     *,
     config: TrainConfig | None = None,
-    fidelity: str = "fast",
+    fidelity: str = "exact",
     faults=(),
     progress=None,
     keep_params: bool = False,
 ) -> RunResult:
     """Train one recipe for ``steps`` optimizer steps; ``progress`` is called with ``(recipe, step, loss)``
-    after every iteration."""
+    after every iteration.
+
+    ``fidelity="exact"`` (the default, as for :func:`fp8sim.gemm`) runs the FP8 GEMMs on the
+    bit-exact accumulator model and every other GEMM with float64 sums in a fixed order: the
+    same seed gives the same bits on every machine and thread count.  ``"fast"`` sums the FP8
+    promotion intervals and the BF16/FP32 GEMMs with float32 BLAS, whose summation order
+    depends on the CPU, the BLAS build and its thread count: its losses can differ between
+    machines, first in the last bits, then by as much as two runs of different recipes."""
     from ..recipes import recipe as _get_recipe
 
     cfg = config or TrainConfig()
@@ -331,15 +339,19 @@ def train(
     steps: int = 300,
     seed: int = 0,
     out_dir: str = "train_out",
-    fidelity: str = "fast",
+    fidelity: str = "exact",
     progress: bool = True,
     *,
     config: TrainConfig | None = None,
     faults=(),
     figures: bool = True,
+    on_step=None,
 ) -> dict:
     """Train every recipe in ``recipes`` (names or Recipes) from the same initialization and data
-    order; write the outputs to ``out_dir`` and return the summary (also ``out_dir/summary.json``)."""
+    order; write the outputs to ``out_dir`` and return the summary (also ``out_dir/summary.json``).
+
+    ``progress`` shows a progress bar on stderr; ``on_step(recipe, step, loss)``, when given, is
+    called after every iteration (for progress lines of your own)."""
     from ..recipes import recipe as _get_recipe
 
     cfg = config or TrainConfig()
@@ -360,6 +372,8 @@ def train(
         bar = tqdm(total=steps * len(rs), desc="train", unit="step", file=sys.stderr, dynamic_ncols=True)
 
     def tick(name, step, loss):
+        if on_step is not None:
+            on_step(name, step, loss)
         if bar is not None:
             bar.update(1)
             bar.set_postfix_str(f"{name} step {step} loss {loss:.4f}", refresh=False)
@@ -391,7 +405,7 @@ def train(
 
         summary["figures"] = _fig.all_figures(out_dir, results, DEEPSEEK_V3_REL_LOSS_ERROR)
     with open(os.path.join(out_dir, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=2, default=json_default)
+        f.write(_strict_json(summary))  # strict JSON: NaN/inf as "nan"/"inf"/"-inf"
     summary["results"] = results
     return summary
 
