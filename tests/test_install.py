@@ -248,7 +248,9 @@ def _cached_dispatchers() -> dict:
 def test_every_cached_kernel_caches_outside_the_package():
     found = _cached_dispatchers()
     # independent count: the ``cache=True`` decorators in the package's sources
-    n_decorators = sum(len(re.findall(r"^@(?:numba\.)?njit\([^)]*cache=True", p.read_text(), re.M)) for p in PACKAGE.rglob("*.py"))
+    n_decorators = sum(
+        len(re.findall(r"^@(?:numba\.)?njit\([^)]*cache=True", p.read_text(), re.M)) for p in PACKAGE.rglob("*.py")
+    )
     assert len(found) == n_decorators > 0, (len(found), n_decorators)
     root = _numba_cache.cache_dir()
     assert root is not None
