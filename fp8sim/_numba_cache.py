@@ -28,6 +28,7 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -143,13 +144,16 @@ def _choose(key: str | None = None) -> Path | None:
 
 
 _CACHE: list[Path | None] = []
+_LOCK = threading.Lock()
 
 
 def cache_dir() -> Path | None:
-    """The folder holding fp8sim's numba cache (chosen once per process), or None if none is writable."""
-    if not _CACHE:
-        _CACHE.append(_choose())
-    return _CACHE[0]
+    """The folder holding fp8sim's numba cache (chosen once per process, also when several threads
+    compile kernels at once), or None if none is writable."""
+    with _LOCK:
+        if not _CACHE:
+            _CACHE.append(_choose())
+        return _CACHE[0]
 
 
 _LocatorBase: type = getattr(_caching, "_CacheLocator", object)

@@ -314,10 +314,11 @@ def _lookup_mode(name: str, option: str = "--mode") -> str:
     """A rounding mode name; an unknown one is a usage error with close matches."""
     from . import rounding
 
-    key = str(name).strip().lower()
-    if key not in rounding.MODES:
-        raise unknown_name_error("rounding mode", name, list(rounding.MODES), where=option)
-    return key
+    try:
+        m = rounding._mode(str(name))  # the library's names and aliases ("nearest", "rz", ...)
+    except UnknownNameError as e:
+        raise UnknownNameError(f"{option}: {e}") from None
+    return {v: k for k, v in rounding.MODES.items()}[m]
 
 
 # --------------------------------------------------------------- report
@@ -424,7 +425,11 @@ def _verify(args) -> int:
     from . import tensorcore
     from ._json import dumps
 
-    model = tensorcore.get_model(args.model, args.arch) if args.model else None  # unknown name: exit 2
+    model = None
+    if args.model:  # unknown name: exit 2; without --arch, the preset on each capture's own arch
+        model = tensorcore.get_model(args.model, args.arch) if args.arch else args.model
+        if args.arch is None and args.model.strip().lower() not in {i for _, i in tensorcore.PRESETS}:
+            tensorcore.get_model(args.model)  # raises UnknownNameError with the close matches
     rows = []
     for path in args.files:
         row: dict = {"file": path, "status": "error", "kind": None, "instruction": None, "formats": None}
@@ -495,7 +500,7 @@ def _verify_args(p):
         "files", nargs="+", help="capture files written by python -m gpu.capture (or gpu.characterize --save)"
     )
     p.add_argument("--model", default=None, help="accumulator model to score (default: the capture's instruction)")
-    p.add_argument("--arch", default="sm90", help="architecture of the --model preset (default sm90)")
+    p.add_argument("--arch", default=None, help="architecture of the --model preset (default: each capture's own arch)")
     p.add_argument("--json", action="store_true", help='machine-readable output (strict JSON: NaN written as "nan")')
 
 
@@ -639,21 +644,14 @@ def _quantize(args) -> int:
     x = load_float_npy(args.file, args.dtype)
     if x.ndim == 0:
         raise UsageError(f"input {args.file} holds a scalar (shape ()); quantize needs an array of 1 or more dims")
-    results = []
-    for g in grans:
+    opts = dict(mode=args.mode, seed=args.seed, saturate=not args.no_saturate, margin=args.margin)
+    for g in grans:  # every setting checked on a one-element tensor of x's rank, before any work
         try:
-            q = quantize(
-                x,
-                fmt,
-                g,
-                mode=args.mode,
-                seed=args.seed,
-                saturate=not args.no_saturate,
-                margin=args.margin,
-            )
+            quantize(np.ones((1,) * x.ndim, dtype=x.dtype), fmt, g, **opts)
         except (ValueError, TypeError) as e:
             raise UsageError(f"--granularity {g} with --format {fmt}: {e}") from None
-        results.append(_quantize_one(args, x, q))
+    # what fails now is the data's (e.g. NaN in a format without NaN): exit 1, not a usage error
+    results = [_quantize_one(args, x, quantize(x, fmt, g, **opts)) for g in grans]
     if args.json:
         emit_json(results[0] if len(results) == 1 else results)
         return 0

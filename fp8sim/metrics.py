@@ -107,9 +107,12 @@ def _check_q(q):
         raise TypeError(f"expected a QuantizedTensor, got {type(q).__name__}")
 
 
-def _mode_id(mode: str) -> int:
+def _mode_id(mode: str | None, q=None) -> int:
+    """The kernel id of ``mode``; None means the mode ``q`` was quantized with (``q.mode``)."""
     from .rounding import _mode
 
+    if mode is None:
+        mode = getattr(q, "mode", "rne")
     return _mode(mode)  # raises UnknownNameError listing the known modes
 
 
@@ -383,13 +386,13 @@ def fraction_underflow(ref, approx, *, nan: str = "omit") -> float:
 
 
 # ------------------------------------------------------------------ measures on a quantization
-def quantization_counts(x, q, *, mode: str = "rne") -> dict:
+def quantization_counts(x, q, *, mode: str | None = None) -> dict:
     """Counts of the quantization ``q`` of ``x``: ``n`` (elements), ``n_saturated`` (clipped by
     the conversion; module docstring), ``n_underflow`` (nonzero, non-NaN elements that became
     exactly zero), ``n_nan`` (NaN outputs), ``n_omitted`` (elements left out of the saturation
     count: NaN in ``x`` or in a block with a NaN scale).  ``mode`` is the element rounding mode
     ``q`` was made with (``fp8sim.quantize``'s ``mode``)."""
-    m = _mode_id(mode)
+    m = _mode_id(mode, q)
     n = n_sat = n_und = n_nan = n_om = 0
     for xv, d, s, _ids, c in _q_spans(x, q):
         clipped, omitted = _clipped(xv, s, c, q.format, m)
@@ -401,7 +404,7 @@ def quantization_counts(x, q, *, mode: str = "rne") -> dict:
     return {"n": n, "n_saturated": n_sat, "n_underflow": n_und, "n_nan": n_nan, "n_omitted": n_om}
 
 
-def fraction_saturated(x, q, *, nan: str = "omit", mode: str = "rne") -> float:
+def fraction_saturated(x, q, *, nan: str = "omit", mode: str | None = None) -> float:
     """Fraction of the elements of ``x`` that the quantization ``q`` clipped (module docstring:
     rounded in ``mode`` -- the mode ``q`` was made with -- ``x / scale`` lands beyond
     ``fmt.max``; infinities included).  Elements that are NaN in ``x`` or in blocks with a NaN
@@ -428,13 +431,13 @@ def fraction_subnormal(q) -> float:
     return n / max(codes.size, 1)
 
 
-def block_stats(x, q, *, mode: str = "rne") -> dict:
+def block_stats(x, q, *, mode: str | None = None) -> dict:
     """Per-block statistics of the quantization ``q`` of ``x``, each an array of ``q.scales.shape``:
     ``amax``, ``scale``, ``sqnr_db``, ``rel_frobenius``, ``max_abs_error``, ``n_saturated``,
     ``n_underflow``, ``n_nan`` (NaN outputs), ``n``.  Elements that are NaN in ``x`` are omitted;
     a NaN output where ``x`` is not NaN is an infinite error (SQNR ``-inf``).  Saturated and
     underflowed as in the module docstring (``mode``: the mode ``q`` was made with)."""
-    m = _mode_id(mode)
+    m = _mode_id(mode, q)
     _check_q(q)
     sshape = tuple(q.scales.shape)
     nb = int(np.prod(sshape))
@@ -478,7 +481,7 @@ def block_stats(x, q, *, mode: str = "rne") -> dict:
     }
 
 
-def summary(x, q_or_approx, *, nan: str = "omit", mode: str = "rne", progress: bool = False) -> dict:
+def summary(x, q_or_approx, *, nan: str = "omit", mode: str | None = None, progress: bool = False) -> dict:
     """All scalar measures in one dict, computed in one streamed pass:
 
     * ``n``, ``n_nan`` (NaN outputs), ``n_inf`` (infinite outputs), ``n_omitted`` (pairs left
@@ -497,7 +500,7 @@ def summary(x, q_or_approx, *, nan: str = "omit", mode: str = "rne", progress: b
     acc = _Acc()
     if isinstance(q_or_approx, QuantizedTensor):
         q = q_or_approx
-        m = _mode_id(mode)
+        m = _mode_id(mode, q)
         fmt = q.format
         n_sat = n_om = n_sub = 0
         mask = np.asarray((1 << (fmt.ebits + fmt.mbits)) - 1, dtype=q.codes.dtype)

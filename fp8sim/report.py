@@ -695,6 +695,9 @@ def build(
     target = final.resolve()
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private (0700); a report folder is as mkdir makes it
     try:
         summary = _build_into(tmp, final, quick, progress, studies, config, seed, int(jobs))
         _swap_into_place(tmp, target, overwrite)

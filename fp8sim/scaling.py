@@ -104,7 +104,7 @@ from . import _kernels as K
 from ._inputs import flag, float_input
 from .formats import BF16, CATALOGUE, E4M3, Format, NanStyle
 from .formats import format as _lookup_format
-from .rounding import _memo_table, _mode, _params, _sr_key, decode_table, float32_kernel_ok
+from .rounding import MODES, _memo_table, _mode, _params, _sr_key, decode_table, float32_kernel_ok
 
 __all__ = [
     "Granularity",
@@ -1552,6 +1552,9 @@ def _cast_once(v: np.ndarray, dtype: np.dtype) -> np.ndarray:
 # =====================================================================
 # QuantizedTensor
 # =====================================================================
+_MODE_NAME = {v: k for k, v in MODES.items()}  # kernel mode id -> canonical name
+
+
 @dataclass(frozen=True, eq=False)
 class QuantizedTensor:
     """A tensor quantized with block scales.
@@ -1577,6 +1580,8 @@ class QuantizedTensor:
     amax : float32 array (scales' shape) of the amax measured on ``x`` per block
         (for NVFP4 the block amaxes; for delayed scaling the current tensor's amax)
     block_shape : per-axis block extent
+    mode : the element rounding mode the codes were made with (its canonical name); the metrics'
+        saturation counts depend on it
     """
 
     codes: np.ndarray
@@ -1590,6 +1595,7 @@ class QuantizedTensor:
     global_scale: float
     amax: np.ndarray
     block_shape: tuple
+    mode: str = "rne"
     _view: tuple | None = field(repr=False, default=None)
 
     @property
@@ -1910,6 +1916,7 @@ def quantize(
         global_scale=float(glob),
         amax=amax3.reshape(sshape),
         block_shape=g.block_shape(shape),
+        mode=_MODE_NAME[_mode(mode)],
         _view=(B, M, N, bm, bn),
     )
 

@@ -1128,8 +1128,12 @@ def verify_capture(path_or_npz, model=None, *, max_mismatches: int = 5) -> dict:
             f"{where}: not a tensor-core capture (needs a, b, c, d and meta with a_format/b_format, "
             f"as python -m gpu.capture writes; keys found: {sorted(cap)})"
         )
-    if model is not None:
-        model = get_model(model)  # an unknown name is the caller's error, before any file is read
+    if isinstance(model, str):
+        # a preset name: resolved on the capture's own arch (meta["arch"]) when replayed; an unknown
+        # name is the caller's error, raised now
+        if model.strip().lower() not in {i for _, i in PRESETS}:
+            get_model(model)  # raises UnknownNameError with the close matches
+        model = model.strip().lower()
     first: list[dict] = []
     results: dict[str, dict] = {}
     if kind == "probes":
@@ -1180,7 +1184,7 @@ def verify_capture(path_or_npz, model=None, *, max_mismatches: int = 5) -> dict:
     }
 
 
-def _mma_jobs(cap: dict, where: str, model: AccumulatorModel | None, kind: str):
+def _mma_jobs(cap: dict, where: str, model: AccumulatorModel | str | None, kind: str):
     meta = cap["meta"]
     instr = model if model is not None else _meta_str(meta, "instruction", where, "wgmma")
     arch = _meta_str(meta, "arch", where, "sm90")
@@ -1218,7 +1222,7 @@ def _mma_jobs(cap: dict, where: str, model: AccumulatorModel | None, kind: str):
     return jobs, meta
 
 
-def _probe_jobs(cap: dict, where: str, model: AccumulatorModel | None):
+def _probe_jobs(cap: dict, where: str, model: AccumulatorModel | str | None):
     meta = cap["meta"]
     jobs = []
     for i, m in enumerate(meta):

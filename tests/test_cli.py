@@ -303,3 +303,12 @@ def test_progress_bar_only_on_a_terminal_and_not_with_quiet(tmp_path):
     assert code == 0 and err == ""
     code, err = _run_cli([*args, "--quiet"], stderr_tty=True, tmp_path=tmp_path)
     assert code == 0 and err == ""
+
+
+def test_mode_aliases_of_the_library_work_on_the_command_line(capsys):
+    # "rz" and "nearest" are fp8sim.round's aliases of rtz and rne: same values, same exit code
+    for alias, mode in (("rz", "rtz"), ("nearest", "rne"), ("ru", "rup")):
+        code, out, _ = run(capsys, "round", "0.3", "--format", "e4m3", "--mode", alias, "--json")
+        assert code == 0, alias
+        v = json.loads(out)["results"][0]["value"]
+        assert v == float(fp8sim.round(np.array([0.3]), "e4m3", mode)[0]), alias

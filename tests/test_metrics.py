@@ -361,3 +361,18 @@ def test_cli_quantize_out_rebuilds_values_by_the_help_recipe(tmp_path, capsys, m
     assert str(z["scale_rounding"]) == (q.scale_rounding or "none") and str(z["mode"]) == "rne" and bool(z["saturate"])
     if g == "nvfp4":
         assert q.global_scale != 1.0  # the premise: without it the values are off by this factor
+
+
+def test_saturation_uses_the_mode_the_tensor_was_quantized_with():
+    """E4M3 with scale 1 (amax 448 given): 470 lies above the RNE threshold 464 (the midpoint of
+    448 and the next binade step 480), so RNE clips it; RTZ truncates it to 448, no clipping.
+    Without an explicit mode the metrics must use the mode the tensor was quantized with."""
+    x = np.array([[470.0, 1.0]], dtype=np.float32)
+    for mode, clipped in (("rne", 1), ("rtz", 0), ("zero", 0)):
+        q = fp8sim.quantize(x, "e4m3", "tensor", mode=mode, amax=448.0)
+        assert q.mode == ("rtz" if mode == "zero" else mode)
+        assert q.scales.reshape(-1)[0] == 1.0
+        assert M.quantization_counts(x, q)["n_saturated"] == clipped, mode
+        assert M.fraction_saturated(x, q) == clipped / 2, mode
+        assert M.summary(x, q)["fraction_saturated"] == clipped / 2, mode
+        assert M.fraction_saturated(x, q, mode="rne") == 1 / 2  # an explicit mode still wins

@@ -78,6 +78,20 @@ def test_report_summary_json_is_strict(tmp_path, monkeypatch, capsys):
     assert summary["index"] == str(tmp_path / "r" / "index.html")
 
 
+def test_report_folder_gets_the_permissions_mkdir_would_give(tmp_path):
+    # built in a private temporary folder, the report must not stay private (0700) once renamed
+    import os
+    import stat
+
+    def study(out, quick, progress, opts):
+        return {"id": "s", "title": "t", "html": "", "figures": [], "csv": [], "numbers": {}}
+
+    report.build(tmp_path / "r", progress=False, studies=[study])
+    (tmp_path / "plain").mkdir()
+    mode = stat.S_IMODE(os.stat(tmp_path / "r").st_mode)
+    assert mode == stat.S_IMODE(os.stat(tmp_path / "plain").st_mode), oct(mode)
+
+
 # ------------------------------------------------------- atomic report folder
 def test_report_replaces_an_earlier_report_only_with_force_and_never_mixes(tmp_path, capsys):
     out = tmp_path / "rep"

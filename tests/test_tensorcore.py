@@ -647,3 +647,23 @@ def test_more_input_checks():
     cb = np.full((4, 8), 1.5, ml_dtypes.bfloat16)
     assert (tc.mma(a, b, cb, **KW) == np.float32(1.5)).all()
     assert (tc.mma(a, b, c.astype(np.float16) + np.float16(2.0**-24), **KW) == np.float32(2.0**-24)).all()
+
+
+def test_verify_with_a_model_name_uses_the_captures_arch(tmp_path):
+    """A preset name given to verify is resolved on the capture's own arch: an sm89 capture scored
+    with model="mma.sync" is compared with the sm89 datapath (13 bits, MMA-Sim's), not sm90's."""
+    import json
+
+    with np.load(os.path.join(DATA, "mma.sync_e4m3xe4m3_normal.npz"), allow_pickle=False) as z:
+        cap = {k: z[k] for k in z.files}
+    meta = json.loads(str(cap["meta"]))
+    meta["arch"] = "sm89"
+    fa, fb = meta["a_format"], meta["b_format"]
+    d89 = tc.mma(cap["a"], cap["b"], cap["c"], a_format=fa, b_format=fb, instruction="mma.sync", arch="sm89")
+    d90 = tc.mma(cap["a"], cap["b"], cap["c"], a_format=fa, b_format=fb, instruction="mma.sync", arch="sm90")
+    differ = int(np.sum(d89.view(np.uint32) != d90.view(np.uint32)))
+    assert differ > 0  # the two datapaths differ on these inputs, so the test can tell them apart
+    path = tmp_path / "sm89.npz"
+    np.savez(path, **dict(cap, d=d89, meta=np.str_(json.dumps(meta))))
+    assert tc.verify_capture(path, model="mma.sync")["mismatches"] == 0
+    assert tc.verify_capture(path, model=tc.get_model("mma.sync", "sm90"))["mismatches"] == differ
