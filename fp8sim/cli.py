@@ -447,7 +447,9 @@ def _verify(args) -> int:
             row.update(
                 status="bit-exact" if r["mismatches"] == 0 else "mismatch",
                 kind=r["kind"],
-                instruction=model.name if model is not None else meta.get("instruction"),
+                instruction=(model if isinstance(model, str) else model.name)
+                if model is not None
+                else meta.get("instruction"),
                 formats=", ".join(fmts) if isinstance(fmts, list) else f"{meta.get('a_format')}x{meta.get('b_format')}",
                 n=r["n"],
                 mismatches=r["mismatches"],
