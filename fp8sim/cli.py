@@ -715,13 +715,6 @@ def _quantize_args(p):
 STUDIES = {"granularity": "fp8sim.studies.granularity", "accumulation": "fp8sim.studies.accumulation"}
 
 
-def _str_keys(d):
-    """``d`` with tuple keys (``("uniform", "promote 128")``) joined as ``"uniform/promote 128"``, recursively."""
-    if isinstance(d, dict):
-        return {"/".join(map(str, k)) if isinstance(k, tuple) else k: _str_keys(v) for k, v in d.items()}
-    return d
-
-
 @command(
     "study",
     "run one study (granularity, accumulation) and write figures and CSV",
@@ -744,7 +737,7 @@ def _study(args) -> int:
         "figures": res.get("figures"),
         "seconds": res.get("seconds"),
         # the numbers themselves, not only where they were written
-        "headline": _str_keys(res.get("headline") if "headline" in res else res.get("key")),
+        "headline": res.get("headline") if "headline" in res else res.get("key"),  # tuple keys: "a/b" in JSON
         "rows": res.get("rows"),
     }
     if args.json:
