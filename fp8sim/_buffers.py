@@ -24,6 +24,8 @@ import threading
 
 import numpy as np
 
+__all__ = ["MAX_BUFFERS", "MAX_BYTES", "MIN_BYTES", "clear", "empty", "enabled"]
+
 MIN_BYTES = 4 << 20  # smaller arrays come cheaply from the allocator's heap
 MAX_BUFFERS = 4
 MAX_BYTES = 1 << 30

@@ -5,9 +5,11 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 
-from .formats import UnknownNameError
+__all__ = ["UnknownNameError", "close_matches", "unknown_name_error"]
 
-__all__ = ["close_matches", "unknown_name_error"]
+
+class UnknownNameError(ValueError):
+    """An unknown format, mode or granularity name (the message lists the known ones)."""
 
 
 def close_matches(name: str, known: Iterable[str], n: int = 3) -> list[str]:
@@ -27,7 +29,7 @@ def unknown_name_error(
     candidates: Iterable[str] | None = None,
     plural: str | None = None,
 ) -> UnknownNameError:
-    """An :class:`~fp8sim.formats.UnknownNameError` saying ``unknown KIND 'NAME'`` (``WHERE: `` first
+    """An :class:`~fp8sim.UnknownNameError` saying ``unknown KIND 'NAME'`` (``WHERE: `` first
     when given), the close matches (``did you mean ...?``, among ``candidates``, default ``known``)
     and the known names (``known PLURAL: ...``, default KIND + "s")."""
     known = list(known)

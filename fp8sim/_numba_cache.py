@@ -35,13 +35,15 @@ from pathlib import Path
 
 from numba.core import caching as _caching
 
+__all__ = ["FP8SimCacheLocator", "cache_dir", "install", "package_key", "remove_in_tree_cache", "source_key"]
+
 _PACKAGE = Path(__file__).resolve().parent
 _STALE_DAYS = 30
 _MARKER = "last-used"
 
 
 def _version() -> str:
-    from . import __version__
+    from ._version import __version__
 
     return __version__
 

@@ -23,7 +23,10 @@ from functools import cached_property
 import ml_dtypes
 import numpy as np
 
+from ._names import UnknownNameError, close_matches
+
 __all__ = [
+    "MAX_BITS",
     "UnknownNameError",
     "NanStyle",
     "Format",
@@ -49,10 +52,6 @@ __all__ = [
 
 #: The widest format (sign included) the kernels support: codes are computed in int64.
 MAX_BITS = 63
-
-
-class UnknownNameError(ValueError):
-    """An unknown format, mode or granularity name (the message lists the known ones)."""
 
 
 class NanStyle(str, enum.Enum):
@@ -456,8 +455,6 @@ def format(name: str | Format) -> Format:  # noqa: A001 - public API name
     try:
         return CATALOGUE[key]
     except KeyError:
-        from ._names import close_matches
-
         hint = close_matches(key, [*CATALOGUE, *_ALIASES])
         hint = list(dict.fromkeys(_ALIASES.get(h, h) for h in hint))
         did = f"; did you mean {' or '.join(map(repr, hint))}?" if hint else ""

@@ -109,11 +109,11 @@ def _check_q(q):
 
 def _mode_id(mode: str | None, q=None) -> int:
     """The kernel id of ``mode``; None means the mode ``q`` was quantized with (``q.mode``)."""
-    from .rounding import _mode
+    from .rounding import round_mode
 
     if mode is None:
         mode = getattr(q, "mode", "rne")
-    return _mode(mode)  # raises UnknownNameError listing the known modes
+    return int(round_mode(mode))  # raises UnknownNameError listing the known modes
 
 
 # ------------------------------------------------------------------ streaming
@@ -258,9 +258,9 @@ def _dequant_span(codes, table, scales, M, N, bm, bn, nbm, nbn, glob, f0, out_d,
 
 
 def _q_view(q) -> tuple[int, int, int, int, int, int, int]:
-    from .scaling import _view_of
+    from .scaling import view_of
 
-    B, M, N, bm, bn = q._view if q._view is not None else _view_of(q.granularity, q.shape)
+    B, M, N, bm, bn = view_of(q.granularity, q.shape)
     return B, M, N, bm, bn, -(-M // bm), -(-N // bn)
 
 
@@ -316,7 +316,7 @@ def _code_classes(fmt) -> np.ndarray:
 def _clipped(x, s, codes, fmt, mode: int) -> tuple[np.ndarray, np.ndarray]:
     """``(clipped, omitted)`` masks of one block: elements the conversion clipped (module
     docstring), and elements left out of the saturation count (NaN in ``x`` or NaN scale)."""
-    from . import _kernels as K
+    from .rounding import kernels as K
 
     omitted = np.isnan(x) | np.isnan(s)
     cls = _code_classes(fmt)[codes]  # 1: largest finite magnitude, 2: inf or NaN code
@@ -350,6 +350,12 @@ def _clipped(x, s, codes, fmt, mode: int) -> tuple[np.ndarray, np.ndarray]:
         c = av > mx
     clipped[idx] = beyond | c
     return clipped, omitted
+
+
+def _underflowed(x, d) -> np.ndarray:
+    """Mask of the elements the quantization flushed: nonzero, non-NaN ``x`` whose dequantized
+    value ``d`` is exactly zero (module docstring)."""
+    return (d == 0) & (x != 0) & ~np.isnan(x)
 
 
 # ------------------------------------------------------------------ measures on two arrays
@@ -399,7 +405,7 @@ def quantization_counts(x, q, *, mode: str | None = None) -> dict:
         n += xv.size
         n_sat += int(np.count_nonzero(clipped))
         n_om += int(np.count_nonzero(omitted))
-        n_und += int(np.count_nonzero((d == 0) & (xv != 0) & ~np.isnan(xv)))
+        n_und += int(np.count_nonzero(_underflowed(xv, d)))
         n_nan += int(np.count_nonzero(np.isnan(d)))
     return {"n": n, "n_saturated": n_sat, "n_underflow": n_und, "n_nan": n_nan, "n_omitted": n_om}
 
@@ -451,11 +457,12 @@ def block_stats(x, q, *, mode: str | None = None) -> dict:
     for xv, d, s, ids, c in _q_spans(x, q):
         clipped, _om = _clipped(xv, s, c, q.format, m)
         n_sat += np.bincount(ids[clipped], minlength=nb)
+        n_und += np.bincount(ids[_underflowed(xv, d)], minlength=nb)
         dn = np.isnan(d)
         n_nan += np.bincount(ids[dn], minlength=nb)
         keep = ~np.isnan(xv)
         if not keep.all():
-            xv, d, ids, dn = xv[keep], d[keep], ids[keep], dn[keep]
+            xv, d, ids = xv[keep], d[keep], ids[keep]
         n += np.bincount(ids, minlength=nb)
         with np.errstate(invalid="ignore", over="ignore"):
             e = d - xv
@@ -464,7 +471,6 @@ def block_stats(x, q, *, mode: str | None = None) -> dict:
             sig += np.bincount(ids, weights=xv * xv, minlength=nb)
             noise += np.bincount(ids, weights=e * e, minlength=nb)
         np.maximum.at(maxe, ids, np.abs(e))
-        n_und += np.bincount(ids[(d == 0) & (xv != 0)], minlength=nb)
     with np.errstate(divide="ignore", invalid="ignore"):
         sq = np.where(noise == 0, np.inf, 10 * np.log10(sig / noise))
         rf = np.where(sig == 0, np.where(noise == 0, 0.0, np.inf), np.sqrt(noise / sig))

@@ -12,6 +12,8 @@ import numpy as np  # noqa: E402
 
 from . import formats, rounding  # noqa: E402
 
+__all__ = ["STYLE", "mode_error_figure", "rounding_error_figure"]
+
 STYLE: Any = {
     "figure.dpi": 110,
     "axes.grid": True,

@@ -38,27 +38,32 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+import numpy as np
+
 from ._names import unknown_name_error
 from .formats import CATALOGUE, Format, format_names
 from .formats import format as _get_format
 
-__all__ = ["Recipe", "recipe", "recipe_names", "PRESETS"]
+__all__ = ["Recipe", "recipe", "recipe_names", "PRESETS", "accumulator_names", "is_int"]
 
-#: the FP8 formats of the presets (any 8-bit signed format with zero works: a catalogue name such
-#: as "e4m3fnuz" or a custom fp8sim.Format)
-FP8_FORMATS = ("e4m3", "e5m2")
 WIDE_FORMATS = ("bf16", "fp32", "fp64")
 OUTPUT_FORMATS = ("bf16", "fp32", "fp64")
-ACCUMULATORS = ("wgmma", "wgmma.f16", "mma.sync", "exact", "fp32", "fp64")
 SCALE_ATS = ("promotion", "epilogue")
 SCALE_APPLICATIONS = ("fma", "mul-add")
 _MMA_K = 32  # K of one FP8 MMA instruction: scale blocks along K are multiples of it
 
 
-def _is_int(v) -> bool:
-    import numpy as np
-
+def is_int(v) -> bool:
+    """True for a Python or numpy integer that is not a boolean (``True`` is not a count)."""
     return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def accumulator_names() -> list[str]:
+    """The accumulator names a recipe takes: the sm90 presets of :mod:`fp8sim.tensorcore` and
+    ``"fp64"`` (exact float64 products and sums)."""
+    from .tensorcore import model_names
+
+    return [instruction for arch, instruction in model_names() if arch == "sm90"] + ["fp64"]
 
 
 def _operand_format(v, who: str, which: str):
@@ -182,7 +187,7 @@ class Recipe:
         object.__setattr__(
             self, "scale_application", _choice(self.scale_application, SCALE_APPLICATIONS, who, "scale_application")
         )
-        if not _is_int(self.margin):
+        if not is_int(self.margin):
             raise TypeError(f"{who}: margin must be an int (a number of binades of headroom), got {self.margin!r}")
         if not isinstance(self.validated, bool):
             raise TypeError(f"{who}: validated must be True or False, got {self.validated!r}")
@@ -203,16 +208,17 @@ class Recipe:
         a = self.accumulator
         if isinstance(a, AccumulatorModel):
             return
+        known = tuple(accumulator_names())
         if not isinstance(a, str):
             raise TypeError(
-                f"{who}: accumulator must be one of {list(ACCUMULATORS)} or an AccumulatorModel, got {type(a).__name__}"
+                f"{who}: accumulator must be one of {list(known)} or an AccumulatorModel, got {type(a).__name__}"
             )
-        object.__setattr__(self, "accumulator", _choice(a, ACCUMULATORS, who, "accumulator"))
+        object.__setattr__(self, "accumulator", _choice(a, known, who, "accumulator"))
 
     def _check_scaling(self, who: str) -> None:
         """Granularities and scale policy, as quantize and the GEMM kernel will need them."""
-        from .scaling import _policy
         from .scaling import granularity as _granularity
+        from .scaling import scale_policy
 
         grans = {}
         for which in ("x_granularity", "w_granularity"):
@@ -229,7 +235,7 @@ class Recipe:
         for which, fmt in (("x_granularity", self.x_format), ("w_granularity", self.w_format)):
             g = grans[which]
             try:
-                _policy(g, _get_format(fmt), self.scale_format, self.scale_rounding, self.margin)
+                scale_policy(g, _get_format(fmt), self.scale_format, self.scale_rounding, self.margin)
             except (TypeError, ValueError) as e:
                 raise type(e)(f"{who}: {which} {g.name}: {e}") from None
             b = _k_block(g, who, which)
@@ -302,7 +308,7 @@ def _choice(v, known: tuple, who: str, which: str) -> str:
 def _promotion(p, who: str, which: str) -> int | None:
     if p is None:
         return None
-    if not _is_int(p) or p <= 0 or p % _MMA_K:
+    if not is_int(p) or p <= 0 or p % _MMA_K:
         raise ValueError(f"{who}: {which} must be None or a positive int multiple of {_MMA_K} (K elements), got {p!r}")
     return int(p)
 

@@ -1,7 +1,7 @@
 """``fp8sim report``: the headline studies as one self-contained HTML page.
 
-Each study is a function ``(out_dir, quick, progress, opts) -> section``
-where ``opts`` holds the study's options from a config file (see
+Each study is a function ``(out_dir, quick, progress, opts) -> section`` (the sections are in
+:mod:`fp8sim.studies.sections`) where ``opts`` holds the study's options from a config file (see
 :data:`OPTIONS`) and the seed, and a section is a dict with a title, HTML
 body, figure paths, CSV paths and headline numbers; :func:`build` runs them,
 embeds the figures and writes ``index.html``, ``summary.json`` and the
@@ -21,60 +21,114 @@ seed and each study's sizes and subsets, e.g.::
     [training]
     recipes = ["bf16", "deepseek-v3"]
     steps = 100
+
+:func:`check_out_dir` is the one check of an output folder, for a report (the folder is
+replaced as a whole) and for the commands that write named files into a folder.
 """
 
 from __future__ import annotations
 
 import base64
-import csv
 import html
 import json
 import os
 import platform
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
 
-from . import __version__, formats, plotting, rounding
+from . import formats
 from ._json import dumps as json_dumps
-from ._names import close_matches, unknown_name_error
+from ._names import unknown_name_error
+from ._version import __version__
+from .formats import UnknownNameError
+from .studies import STUDY_NAMES, accumulation, granularity
+from .studies.sections import (
+    MODES,
+    ROUNDING_FORMATS,
+    STUDIES,
+    STUDY_IDS,
+    TRAINING_RECIPES,
+    TRAINING_RECIPES_QUICK,
+    capture_dir,
+    get_study,
+    html_table,
+    mode_errors,
+    study_accumulation,
+    study_formats,
+    study_granularity,
+    study_rounding,
+    study_tensorcore,
+    study_training,
+    write_csv,
+)
 
-MODES = ["rne", "rna", "rtz", "rup", "rdn", "rto", "sr"]
-ROUNDING_FORMATS = ("e4m3", "e5m2", "e3m4", "e2m1", "bf16")
-TRAINING_RECIPES = ("bf16", "deepseek-v3", "per-tensor", "per-tensor-no-promotion")
-TRAINING_RECIPES_QUICK = ("bf16", "deepseek-v3")
+__all__ = [
+    "build",
+    "load_config",
+    "validate_config",
+    "check_out_dir",
+    "check_parent",
+    "is_report_dir",
+    "environment",
+    "ConfigError",
+    "ConfigNameError",
+    "OutputError",
+    "OPTIONS",
+    "FIDELITIES",
+    "CSS",
+    # the sections (fp8sim.studies.sections), kept importable from here
+    "MODES",
+    "ROUNDING_FORMATS",
+    "TRAINING_RECIPES",
+    "TRAINING_RECIPES_QUICK",
+    "STUDIES",
+    "STUDY_IDS",
+    "get_study",
+    "capture_dir",
+    "html_table",
+    "write_csv",
+    "mode_errors",
+    "study_formats",
+    "study_rounding",
+    "study_granularity",
+    "study_accumulation",
+    "study_tensorcore",
+    "study_training",
+]
+
+#: the GEMM fidelities of the training study (``fp8sim.training.train``'s ``fidelity``)
+FIDELITIES = ("fast", "exact")
 
 
 class ConfigError(ValueError):
     """A report config file that cannot be used (the message names the key and what is allowed)."""
 
 
-def _known(kind: str):
-    """The allowed values of a list-of-names option, or None where any name its registry knows is allowed."""
-    from .studies import accumulation, granularity
+class ConfigNameError(ConfigError, UnknownNameError):
+    """A report config value that names an unknown study, format, mode, ... (the message gives the
+    close matches and the known names)."""
 
-    if kind == "distributions/granularity":
-        return granularity.DISTRIBUTIONS
-    if kind == "distributions/accumulation":
-        return accumulation.DISTRIBUTIONS
-    if kind == "granularities":
-        return granularity.GRANULARITIES
-    if kind == "formats/granularity":
-        return granularity.FORMATS
-    if kind == "modes":
-        return tuple(MODES)
-    if kind == "studies":
-        return tuple(STUDY_IDS)
-    return None
 
+#: the list-of-names kinds of :data:`OPTIONS`: kind -> (what one is called, plural, the allowed names)
+_NAMES = {
+    "distributions/granularity": ("distribution", "distributions", granularity.DISTRIBUTIONS),
+    "distributions/accumulation": ("distribution", "distributions", accumulation.DISTRIBUTIONS),
+    "granularities": ("granularity", "granularities", granularity.GRANULARITIES),
+    "formats/granularity": ("format", "formats", granularity.FORMATS),
+    "modes": ("rounding mode", "modes", MODES),
+    "studies": ("study", "studies", tuple(STUDY_IDS)),
+}
 
 #: Every option a config file may set: section -> key -> kind.  Kinds: ``int`` (positive),
 #: ``int0`` (non-negative), ``int128`` (at least 128), ``bool``, ``path``, ``fidelity``, ``shape``
 #: (two positive ints), ``formats/signed`` (registered formats with a sign bit: the rounding study
-#: draws negative values), ``recipes`` (registered recipes) and lists of the names :func:`_known`
-#: returns (``formats/granularity``: the element formats that study accepts, not e8m0 or e2m1).
-#: Each value is checked against what its study accepts, so a bad config exits before any study runs.
+#: draws negative values), ``recipes`` (registered recipes) and lists of names (``studies``, ``modes``,
+#: ``granularities``, ``distributions/STUDY``; ``formats/granularity``: the element formats that
+#: study accepts, not e8m0 or e2m1).  Each value is checked against what its study accepts, so a bad
+#: config exits before any study runs.
 OPTIONS: dict[str, dict[str, str]] = {
     "": {"seed": "int0", "quick": "bool", "studies": "studies"},
     "rounding": {"formats": "formats/signed", "modes": "modes", "samples": "int"},
@@ -113,8 +167,10 @@ def _check_value(where: str, kind: str, v):
             fail("an existing folder")
         return v
     if kind == "fidelity":
-        if v not in ("fast", "exact"):
-            fail('"fast" or "exact"')
+        if v not in FIDELITIES:
+            if not isinstance(v, str):
+                fail(" or ".join(map(repr, FIDELITIES)))
+            raise ConfigNameError(str(unknown_name_error("fidelity", v, FIDELITIES, where=where, plural="fidelities")))
         return v
     if kind == "shape":
         if (
@@ -130,8 +186,10 @@ def _check_value(where: str, kind: str, v):
         for n in v:
             try:
                 f = formats.format(n)
-            except formats.UnknownNameError:
-                raise ConfigError(str(unknown_name_error("format", n, formats.format_names(), where=where))) from None
+            except UnknownNameError:
+                raise ConfigNameError(
+                    str(unknown_name_error("format", n, formats.format_names(), where=where))
+                ) from None
             except ValueError as e:
                 raise ConfigError(f"{where}: {e}") from None
             if not f.signed:
@@ -146,22 +204,21 @@ def _check_value(where: str, kind: str, v):
         for n in v:
             try:
                 recipe(n)
+            except UnknownNameError as e:
+                raise ConfigNameError(f"{where}: {e}") from None
             except ValueError as e:
                 raise ConfigError(f"{where}: {e}") from None
         return v
-    known = _known(kind)
-    bad = [n for n in v if n not in known]
-    if bad:
-        hints = list(dict.fromkeys(m for n in bad for m in close_matches(n, known)))
-        if kind == "formats/granularity":
-            head = f"{', '.join(map(repr, bad))} not accepted: the granularity study quantizes to the element formats"
-        else:
-            head = f"unknown {', '.join(map(repr, bad))}"
-        raise ConfigError(
-            f"{where}: {head}"
-            + (f" (did you mean {' or '.join(map(repr, hints))}?)" if hints else "")
-            + f"; known: {', '.join(known)}"
-        )
+    word, plural, known = _NAMES[kind]
+    for n in v:
+        if n in known:
+            continue
+        if kind == "formats/granularity" and n in formats.format_names():
+            raise ConfigError(
+                f"{where}: {n!r} not accepted: the granularity study quantizes to the element formats "
+                f"{', '.join(known)}"
+            )
+        raise ConfigNameError(str(unknown_name_error(word, n, known, where=where, plural=plural)))
     return v
 
 
@@ -178,10 +235,11 @@ def validate_config(cfg: dict, source: str = "config") -> dict:
                 raise ConfigError(f"{source}: [{key}] must be a table/object of options")
             for opt, val in v.items():
                 if opt not in OPTIONS[key]:
-                    raise ConfigError(f"{source}: [{key}] has no option {opt!r}; known: {', '.join(OPTIONS[key])}")
+                    err = unknown_name_error("option", opt, OPTIONS[key], where=f"{source}: [{key}]")
+                    raise ConfigNameError(str(err))
                 _check_value(f"{source}: [{key}] {opt}", OPTIONS[key][opt], val)
         else:
-            raise ConfigError(f"{source}: unknown key {key!r}; known: {', '.join(list(OPTIONS['']) + sections)}")
+            raise ConfigNameError(str(unknown_name_error("key", key, [*OPTIONS[""], *sections], where=source)))
     return cfg
 
 
@@ -212,336 +270,6 @@ def load_config(path) -> dict:
         except (ValueError, UnicodeDecodeError) as e:
             raise ConfigError(f"{path} is not valid TOML: {e}") from None
     return validate_config(cfg, str(path))
-
-
-def write_csv(path, rows: list[dict]) -> str:
-    """Write ``rows`` (dicts with the same keys) as a CSV file with a header; return the path."""
-    path = str(path)
-    with open(path, "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-    return path
-
-
-def html_table(rows: list[dict], columns: list[str] | None = None) -> str:
-    """An HTML table of ``rows`` (floats to 4 significant digits, text escaped)."""
-    columns = columns or list(rows[0])
-
-    def cell(v):
-        if isinstance(v, float):
-            return f"{v:.4g}"
-        return html.escape(str(v))
-
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
-    body = "".join("<tr>" + "".join(f"<td>{cell(r[c])}</td>" for c in columns) + "</tr>" for r in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-
-
-# ---------------------------------------------------------------- studies
-def study_formats(out: Path, quick: bool, progress: bool, opts: dict) -> dict:
-    """The format catalogue as a table (``formats.csv``)."""
-    from .cli import TABLE_COLUMNS
-
-    rows = [f.summary() for f in formats.CATALOGUE.values()]
-    csv_path = write_csv(out / "formats.csv", [{c: r[c] for c in TABLE_COLUMNS} for r in rows])
-    return {
-        "id": "formats",
-        "title": "Formats",
-        "html": "<p>Every format of the catalogue (fp8sim.format(name)); properties mirror numpy.finfo.</p>"
-        + html_table(rows, TABLE_COLUMNS),
-        "figures": [],
-        "csv": [csv_path],
-        "numbers": {r["name"]: {"max": r["max"], "min_subnormal": r["min_subnormal"], "eps": r["eps"]} for r in rows},
-    }
-
-
-def mode_errors(names=ROUNDING_FORMATS, n: int = 200_000, seed: int = 0, modes=MODES) -> list[dict]:
-    """Mean relative error and relative bias of each rounding mode on log-normal data."""
-    rng = np.random.default_rng(seed)
-    rows = []
-    for name in names:
-        f = formats.format(name)
-        # magnitudes spread over 8 binades well inside the normal range, random signs
-        lo = max(np.log2(f.min_normal), np.log2(f.max) - 8)
-        mag = 2.0 ** rng.uniform(lo, np.log2(f.max) - 0.5, n)
-        x = (mag * rng.choice([-1.0, 1.0], n)).astype(np.float32)
-        pos = np.abs(x).astype(np.float32)
-        for mode in modes:
-            y = rounding.round(pos, f, mode, seed=seed if mode == "sr" else None).astype(np.float64)
-            ys = rounding.round(x, f, mode, seed=seed if mode == "sr" else None).astype(np.float64)
-            rel = np.abs(ys - x) / np.abs(x)
-            rows.append(
-                {
-                    "format": name,
-                    "mode": mode,
-                    "mean_rel_error": float(rel.mean()),
-                    "max_rel_error": float(rel.max()),
-                    "rel_bias": float((y - pos).sum() / pos.astype(np.float64).sum()),
-                }
-            )
-    return rows
-
-
-def study_rounding(out: Path, quick: bool, progress: bool, opts: dict) -> dict:
-    """Rounding error per binade and per mode (options: formats, modes, samples)."""
-    fig1 = plotting.rounding_error_figure(out / "rounding_error.png")
-    rows = mode_errors(
-        names=opts.get("formats", ROUNDING_FORMATS),
-        modes=opts.get("modes", MODES),
-        n=opts.get("samples", 50_000 if quick else 400_000),
-        seed=opts["seed"],
-    )
-    fig2 = plotting.mode_error_figure(out / "rounding_modes.png", rows)
-    csv_path = write_csv(out / "rounding_modes.csv", rows)
-    first = rows[0]["format"]
-    e4 = {r["mode"]: r for r in rows if r["format"] == first}
-
-    def quote(mode, key, fmt):
-        return f"{mode.upper()} {key.replace('_', ' ')} {e4[mode][key]:{fmt}}" if mode in e4 else None
-
-    quoted = [
-        q
-        for q in (
-            quote("rne", "mean_rel_error", ".4f"),
-            quote("rtz", "rel_bias", "+.4f"),
-            quote("sr", "rel_bias", "+.5f"),
-        )
-        if q
-    ]
-    text = (
-        "<p>Worst relative error of round-to-nearest-even in each binade: flat at the unit roundoff "
-        "2<sup>-(m+1)</sup> in the normal range, growing in the subnormal range. "
-        "Right: mean error and bias of each rounding mode on positive log-normal data. Directed modes are "
-        "biased by about half an ulp; stochastic rounding (sr) is unbiased at the cost of a larger mean error. "
-        + (f"{first.upper()}: {', '.join(quoted)}." if quoted else "")
-        + "</p>"
-    )
-    return {
-        "id": "rounding",
-        "title": "Rounding error per format and mode",
-        "html": text,
-        "figures": [fig1, fig2],
-        "csv": [csv_path],
-        "numbers": {f"{r['format']}/{r['mode']}": {k: r[k] for k in ("mean_rel_error", "rel_bias")} for r in rows},
-    }
-
-
-def study_granularity(out: Path, quick: bool, progress: bool, opts: dict) -> dict:
-    """The granularity study (options: shape, formats, distributions, granularities)."""
-    from .studies import granularity
-
-    res = granularity.run(out / "granularity", quick=quick, progress=progress, **opts)
-    key = res["key"]
-    dists = list(dict.fromkeys(k[0] for k in key))
-    gran = list(dict.fromkeys(k[2] for k in key))
-    rows = []
-    for d in dists:
-        for f in dict.fromkeys(k[1] for k in key):
-            row = {"distribution": d, "format": f}
-            row.update({g: key.get((d, f, g), float("nan")) for g in gran})
-            rows.append(row)
-    text = (
-        "<p>SQNR (dB, higher is better) of every granularity with its default scale policy, on synthetic "
-        "tensors that mimic LLM training data. Per-tensor scaling lets one outlier set the scale for "
-        "everything; 1x128 tiles (DeepSeek-V3 activations) and 128x128 blocks (weights) confine it.</p>"
-        + html_table(rows)
-    )
-    return {
-        "id": "granularity",
-        "title": "Scaling granularity",
-        "html": text,
-        "figures": [p for p in res["figures"]],
-        "csv": [res["csv"]],
-        "numbers": {f"{d}/{f}/{g}": v for (d, f, g), v in key.items()},
-    }
-
-
-def capture_dir() -> Path | None:
-    """Where the hardware captures are, in this order: ``$FP8SIM_CAPTURES``; ``./tests/data`` when the
-    current folder is an fp8sim source checkout (the README's set-up); ``tests/data`` of the checkout
-    this package was installed from in development mode; the compact subset installed with the
-    package (``fp8sim/captures``). None when there are none.
-
-    Raises ValueError when ``$FP8SIM_CAPTURES`` is set but is not a folder with ``.npz`` files (never
-    silently falls back to other captures)."""
-
-    def has_npz(d: Path) -> bool:
-        return d.is_dir() and any(d.glob("*.npz"))
-
-    env = os.environ.get("FP8SIM_CAPTURES")
-    if env:
-        path = Path(env).expanduser()
-        if not has_npz(path):
-            what = "is not a folder" if not path.is_dir() else "has no .npz files"
-            raise ValueError(
-                f"FP8SIM_CAPTURES={env!r} {what}; set it to a folder of hardware captures (.npz, written by "
-                "python -m gpu.capture) or unset it to use the captures found with fp8sim"
-            )
-        return path
-    package = Path(__file__).resolve().parent
-    # a checkout: its tests/data next to the package's sources and pyproject.toml (not a stray
-    # tests/data folder in the current directory or in site-packages)
-    for root in (Path.cwd(), package.parent):
-        if (root / "pyproject.toml").is_file() and (root / "fp8sim" / "__init__.py").is_file():
-            if has_npz(root / "tests" / "data"):
-                return root / "tests" / "data"
-    shipped = package / "captures"
-    return shipped if has_npz(shipped) else None
-
-
-def study_tensorcore(out: Path, quick: bool, progress: bool, opts: dict) -> dict:
-    """Hardware-validation status of each accumulator model: re-score the captures shipped with fp8sim."""
-    from . import tensorcore
-
-    data = Path(opts["captures"]) if opts.get("captures") else capture_dir()
-    files = sorted(data.glob("*_e4m3*.npz")) if data is not None else []
-    files = [f for f in files if not f.name.startswith(("probes", "cvt"))]
-    if quick:
-        files = [f for f in files if "normal" in f.name or "special" in f.name]
-    per_model: dict = {}
-    for f in files:
-        r = tensorcore.verify_capture(f)
-        m = r["meta"].get("instruction", "?")
-        agg = per_model.setdefault(m, {"model": m, "captures": 0, "outputs": 0, "bit_exact": 0})
-        agg["captures"] += 1
-        agg["outputs"] += r["n"]
-        agg["bit_exact"] += r["n"] - r["mismatches"]
-    rows = [dict(v, match_rate=v["bit_exact"] / v["outputs"]) for v in per_model.values()]
-    if rows:
-        csv_path = write_csv(out / "tensorcore_validation.csv", rows)
-        text = (
-            "<p>Each accumulator model against outputs captured from an NVIDIA H200 (sm_90) and "
-            "shipped with fp8sim (<code>fp8sim verify FILE</code>): the share of outputs reproduced "
-            "bit for bit.</p>" + html_table(rows)
-        )
-        csvs = [csv_path]
-    else:
-        where = f"in {html.escape(str(data))}" if opts.get("captures") else "next to this installation"
-        text, csvs = f"<p>No tensor-core captures (<code>*_e4m3*.npz</code>) found {where}.</p>", []
-    return {
-        "id": "tensorcore",
-        "title": "Tensor-core models: hardware validation",
-        "html": text,
-        "figures": [],
-        "csv": csvs,
-        "numbers": {r["model"]: r["match_rate"] for r in rows},
-    }
-
-
-def _max_rel_pct(dist: str, v: float) -> float | str:
-    """The maximum elementwise relative error in %, or why it is not shown: zero-mean inputs have
-    outputs near zero, whose relative error is unbounded."""
-    if dist in ("normal", "outlier"):
-        return "not meaningful (outputs near 0)"
-    return 100 * v
-
-
-def study_accumulation(out: Path, quick: bool, progress: bool, opts: dict) -> dict:
-    """The accumulation study (options: k_max, size, distributions, recipes)."""
-    from .studies import accumulation
-
-    res = accumulation.run(out / "accumulation", quick=quick, progress=progress, **opts)
-    head = res["headline"]
-    rows = []
-    for key, v in head.items():
-        if isinstance(key, tuple):
-            rows.append(
-                {
-                    "source": "fp8sim model",
-                    "inputs": key[0],
-                    "accumulation": key[1],
-                    "max rel. error (%)": _max_rel_pct(key[0], v["max_rel"]),
-                    "median rel. error (%)": 100 * v["median_rel"],
-                }
-            )
-    for key, v in (head.get("h200") or {}).items():
-        rows.append(
-            {
-                "source": "H200, measured (K = 4096)",
-                "inputs": key[0],
-                "accumulation": key[1],
-                "max rel. error (%)": _max_rel_pct(key[0], v.get("max_rel", float("nan"))),
-                "median rel. error (%)": 100 * v["median_rel"],
-            }
-        )
-    text = (
-        f"<p>Relative error of an E4M3 GEMM with the bit-exact H200 <code>wgmma</code> accumulator "
-        f"(13 fraction bits, truncation) against fp64, at K = {head['K']}, with and without promotion to "
-        f"FP32 every 128 elements, next to the numbers measured on the H200. DeepSeek-V3 reports a maximum "
-        f'relative error of "nearly 2%" at K = 4096 without promotion (input distribution not stated): '
-        f"all-positive inputs give more, zero-mean inputs far less. Errors are elementwise "
-        f"|y - y<sub>fp64</sub>| / |y<sub>fp64</sub>| in percent; the maximum of zero-mean inputs is not shown: "
-        f"some of their outputs are close to zero, where any absolute error is a huge relative one (the "
-        f"median is the meaningful figure there).</p>" + (html_table(rows) if rows else "")
-    )
-    numbers = {"K": head["K"]}
-    numbers.update(
-        {
-            f"{key[0]}/{key[1]}": {"max": v["max_rel"], "median": v["median_rel"]}
-            for key, v in head.items()
-            if isinstance(key, tuple)
-        }
-    )
-    return {
-        "id": "accumulation",
-        "title": "Tensor-core accumulation and promotion",
-        "html": text,
-        "figures": list(res["figures"]),
-        "csv": [res["csv"]],
-        "numbers": numbers,
-    }
-
-
-def study_training(out: Path, quick: bool, progress: bool, opts: dict) -> dict:
-    """A short training comparison: the same small LM, initialization and batches with each recipe."""
-    from .training.train import DEEPSEEK_V3_REL_LOSS_ERROR, train
-
-    recipes = opts.get("recipes", TRAINING_RECIPES_QUICK if quick else TRAINING_RECIPES)
-    steps = opts.get("steps", 40 if quick else 200)
-    sub = out / "training"
-    summary = train(recipes, steps, opts["seed"], str(sub), fidelity=opts.get("fidelity", "exact"), progress=progress)
-    rows, numbers = [], {"steps": steps}
-    for name, r in summary["recipes"].items():
-        rel = r["rel_loss_error_vs_bf16"]
-        rows.append(
-            {
-                "recipe": name,
-                "final loss (mean of last 10 %)": r["final_loss_last10pct_mean"],
-                "rel. loss error vs bf16 (%)": 100 * rel["mean_abs"]
-                if rel
-                else ("reference" if name == "bf16" else "no bf16 run"),
-                "FP8 elements flushed to zero (%)": 100 * r["frac_underflow"],
-                "non-finite steps": r["nonfinite_steps"],
-                "s/step": r["s_per_step"],
-            }
-        )
-        numbers[name] = {
-            "final_loss": r["final_loss_last10pct_mean"],
-            "rel_loss_error": rel["mean_abs"] if rel else None,
-        }
-    csvs = [str(sub / "losses.csv"), str(sub / "layer_stats.csv")]
-    text = (
-        f"<p>A small transformer LM trained for {steps} steps from the same initialization and batches with "
-        f"each recipe; every Linear layer's Fprop, Dgrad and Wgrad GEMM runs through the recipe. The relative "
-        f"loss error is the mean of |L - L<sub>bf16</sub>| / L<sub>bf16</sub> over the last 10 % of steps. "
-        f"DeepSeek-V3 reports below {DEEPSEEK_V3_REL_LOSS_ERROR:.2%} for its 671B model; at this model size "
-        f"the number is dominated by run-to-run divergence (see the training docs).</p>" + html_table(rows)
-    )
-    return {
-        "id": "training",
-        "title": "Training against BF16",
-        "html": text,
-        "figures": [str(sub / f) for f in summary.get("figures", [])],
-        "csv": csvs,
-        "numbers": numbers,
-    }
-
-
-STUDIES = [study_formats, study_rounding, study_granularity, study_accumulation, study_tensorcore, study_training]
-STUDY_IDS = {f.__name__.removeprefix("study_"): f for f in STUDIES}
-# relative cost of each study on a fresh installation (mostly numba compilation), for scheduling
-_COST = {"study_granularity": 6, "study_accumulation": 4, "study_training": 3, "study_rounding": 2}
 
 
 # ------------------------------------------------------------------ page
@@ -578,11 +306,15 @@ def environment() -> dict:
     }
 
 
+# relative cost of each study on a fresh installation (mostly numba compilation), for scheduling
+_COST = {"granularity": 6, "accumulation": 4, "training": 3, "rounding": 2}
+
+
 def _groups(index: list, names: list, jobs: int) -> list:
-    """Split the studies over ``jobs`` workers: the two that share the quantization kernels (granularity,
-    accumulation) on one worker, so that a fresh installation compiles those once, the others spread
-    over the rest by cost."""
-    shared = [i for i in index if names[i] in ("study_granularity", "study_accumulation")]
+    """Split the studies (``names``: their ids) over ``jobs`` workers: the studies of the package
+    :mod:`fp8sim.studies` (granularity, accumulation), which share the quantization kernels, on one
+    worker, so that a fresh installation compiles those once, the others spread over the rest by cost."""
+    shared = [i for i in index if names[i] in STUDY_NAMES]
     rest = sorted((i for i in index if i not in shared), key=lambda i: -_COST.get(names[i], 1))
     groups: list = [shared] if shared else []
     n_other = max(1, jobs - len(groups))
@@ -604,7 +336,7 @@ def _timed_study(study, out: Path, quick: bool, progress: bool, opts: dict) -> d
 
 
 class OutputError(ValueError):
-    """An output folder the report cannot be written to (the message names the path and why)."""
+    """An output folder (or file) that cannot be written to (the message names the path and why)."""
 
 
 def is_report_dir(path) -> bool:
@@ -618,41 +350,68 @@ def is_report_dir(path) -> bool:
     return isinstance(summary, dict) and {"fp8sim", "sections"} <= set(summary) and (path / "index.html").is_file()
 
 
-def check_out_dir(out_dir, *, overwrite: bool = False) -> Path:
-    """Check, before any study runs, that a report can be written to ``out_dir``; return it as a Path.
+def check_parent(path) -> None:
+    """The folder that will hold ``path`` exists or can be created: the nearest existing folder above
+    ``path`` is a writable folder.  Else :class:`OutputError` (the message names that folder)."""
+    anc = Path(path).resolve().parent
+    while not anc.exists():
+        anc = anc.parent
+    if not anc.is_dir():
+        raise OutputError(f"{anc} is a file, not a folder")
+    if not os.access(anc, os.W_OK | os.X_OK):
+        raise OutputError(f"cannot write in {anc} (permission denied)")
 
-    ``out_dir`` may be missing (it is created, with its parents), an empty folder, or (with
-    ``overwrite=True``) an earlier report (:func:`is_report_dir`), which the new report replaces
-    once it is complete.  Anything else raises :class:`OutputError`: a file, a non-empty folder
-    that is not a report (it is never deleted), a parent that is a file or not writable.
+
+def check_out_dir(out_dir, *, overwrite: bool = False, writes: Iterable[str] | None = None) -> Path:
+    """Check, before any work starts, that outputs can be written to the folder ``out_dir``; return it
+    as a Path.  A problem raises :class:`OutputError`.
+
+    ``writes=None``: ``out_dir`` is a report folder, replaced as a whole (:func:`build`).  It may be
+    missing (it is created, with its parents), an empty folder, or (with ``overwrite=True``) an earlier
+    report (:func:`is_report_dir`), which the new report replaces once it is complete; not a file, a
+    symbolic link, or a non-empty folder that is not a report (it is never deleted).  The folder above
+    it must be writable.
+
+    ``writes=NAMES``: the files ``NAMES`` are written into ``out_dir`` (a study's CSV, a training run's
+    summary), whatever else it holds.  It may be missing (its parent writable) or a writable folder;
+    none of ``NAMES`` may be a folder there, nor (without ``overwrite=True``) an existing file.
     """
     out = Path(out_dir)
-    if str(out_dir) == "" or out.resolve() == Path(out.resolve().anchor):
+    where = f"output folder {out}"
+    if writes is None and (str(out_dir) == "" or out.resolve() == Path(out.resolve().anchor)):
         raise OutputError(f"output folder {str(out_dir)!r}: need a folder name (the report replaces the folder)")
-    if out.exists() or out.is_symlink():
-        if not out.is_dir():
-            raise OutputError(f"output folder {out} exists and is not a folder; choose another --out")
+    exists = out.exists() or out.is_symlink()
+    if exists and not out.is_dir():
+        raise OutputError(f"{where} exists and is not a folder; choose another --out")
+    if writes is not None:
+        if exists:
+            for name in writes:
+                f = out / name
+                if f.is_dir():
+                    raise OutputError(f"{where}: {f} is a folder where the output file goes")
+                if (f.exists() or f.is_symlink()) and not overwrite:
+                    raise OutputError(f"{where} already holds {name}; pass --force to replace it")
+            if not os.access(out, os.W_OK | os.X_OK):
+                raise OutputError(f"{where}: not writable (permission denied)")
+            return out
+    elif exists:
         if out.is_symlink():
-            raise OutputError(f"output folder {out} is a symbolic link; give the folder itself")
+            raise OutputError(f"{where} is a symbolic link; give the folder itself")
         if any(out.iterdir()):
             if not is_report_dir(out):
                 raise OutputError(
-                    f"output folder {out} is not empty and holds no earlier fp8sim report (index.html and "
+                    f"{where} is not empty and holds no earlier fp8sim report (index.html and "
                     "summary.json); it is left alone: choose another --out, or empty or remove it"
                 )
             if not overwrite:
                 raise OutputError(
-                    f"output folder {out} holds an earlier report; pass --force to replace it (the new report "
+                    f"{where} holds an earlier report; pass --force to replace it (the new report "
                     "replaces it only once it is complete)"
                 )
-    parent = out.resolve().parent
-    anc = parent
-    while not anc.exists():
-        anc = anc.parent
-    if not anc.is_dir():
-        raise OutputError(f"output folder {out}: {anc} is a file, not a folder")
-    if not os.access(anc, os.W_OK | os.X_OK):
-        raise OutputError(f"output folder {out}: cannot write in {anc} (permission denied)")
+    try:
+        check_parent(out)
+    except OutputError as e:
+        raise OutputError(f"{where}: {e}") from None
     return out
 
 
@@ -688,7 +447,7 @@ def build(
     quick = quick or config.get("quick", False)
     seed = config.get("seed", 0)
     studies = studies or config.get("studies") or STUDIES
-    studies = [STUDY_IDS[s] if isinstance(s, str) else s for s in studies]
+    studies = [get_study(s) if isinstance(s, str) else s for s in studies]
     if int(jobs) < 1:
         raise ValueError(f"jobs must be at least 1, got {jobs}")
     final = check_out_dir(out_dir, overwrite=overwrite)
@@ -773,7 +532,8 @@ def _build_into(
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
-        groups = _groups(list(range(len(studies))), [s.__name__ for s in studies], int(jobs))
+        ids = [s.__name__.removeprefix("study_") for s in studies]
+        groups = _groups(list(range(len(studies))), ids, int(jobs))
         results: dict = {}
         pool = ProcessPoolExecutor(max_workers=len(groups), mp_context=multiprocessing.get_context("spawn"))
         try:

@@ -26,9 +26,34 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
-__all__ = ["run", "granularity_task", "granularity_params", "check_scheduler", "SchedulerError", "SCHEDULERS"]
+from ._names import unknown_name_error
+from .studies import granularity as _study
+
+__all__ = [
+    "run",
+    "granularity_task",
+    "granularity_params",
+    "check_axis",
+    "check_scheduler",
+    "SchedulerError",
+    "SCHEDULERS",
+    "AXES",
+    "DEFAULT_DISTRIBUTIONS",
+    "DEFAULT_FORMATS",
+    "DEFAULT_GRANULARITIES",
+    "DEFAULT_SEEDS",
+    "DEFAULT_SIZES",
+]
 
 SCHEDULERS = ("serial", "local", "tcp://HOST:PORT")
+
+#: the axes of the granularity sweep (:func:`granularity_params`), and their defaults
+AXES = ("distributions", "formats", "granularities", "seeds", "sizes")
+DEFAULT_DISTRIBUTIONS = ("gaussian", "outlier_channels", "lognormal_grad")
+DEFAULT_FORMATS = _study.FORMATS
+DEFAULT_GRANULARITIES = ("tensor", "1x128", "128x128", "mx32")
+DEFAULT_SEEDS = (0,)
+DEFAULT_SIZES = ((256, 1024),)
 
 
 class SchedulerError(ConnectionError):
@@ -41,7 +66,7 @@ def check_scheduler(scheduler: str | None) -> str:
     if not isinstance(scheduler, str) or not (
         scheduler in ("serial", "local") or ("://" in scheduler and scheduler.split("://", 1)[1])
     ):
-        raise ValueError(f"unknown scheduler {scheduler!r}; use one of {', '.join(SCHEDULERS)}")
+        raise unknown_name_error("scheduler", str(scheduler), SCHEDULERS)
     return scheduler
 
 
@@ -104,48 +129,63 @@ def _progress(it, enabled: bool, total: int | None = None):
     return tqdm(it, total=total, desc="sweep", unit="task")
 
 
-def granularity_params(
-    distributions=("gaussian", "outlier_channels", "lognormal_grad"),
-    formats=("e4m3", "e5m2"),
-    granularities=("tensor", "1x128", "128x128", "mx32"),
-    seeds=(0,),
-    sizes=((256, 1024),),
-) -> list[dict]:
-    """The cross product of the sweep's axes as task parameters.
-
-    Every axis is checked first, so that a bad value fails here and not in a task after the
-    others ran: known distributions, formats the quantizer accepts as elements (signed, at most
-    16 bits), granularity names, seeds >= 0, sizes of two positive ints; no axis empty.
-    """
+def check_axis(axis: str, values) -> list:
+    """The values of one axis of the granularity sweep (one of :data:`AXES`) as a list, each checked,
+    so that a bad value fails before any task runs: no axis empty, known distributions, formats the
+    quantizer accepts as elements (signed, at most 16 bits), granularity names, seeds >= 0, sizes of
+    two positive ints.  An unknown name raises :class:`~fp8sim.formats.UnknownNameError`, any other
+    bad value ``ValueError``."""
     from .formats import format as _format
     from .scaling import granularity as _granularity
-    from .studies.granularity import DISTRIBUTIONS
 
-    axes = {"distributions": distributions, "formats": formats, "granularities": granularities, "seeds": seeds}
-    axes["sizes"] = sizes
-    for name, v in axes.items():
-        if isinstance(v, str) or not len(list(v)):
-            raise ValueError(f"{name}: expected a non-empty list, got {v!r}")
-    bad = [d for d in distributions if d not in DISTRIBUTIONS]
-    if bad:
-        raise ValueError(f"unknown distribution(s) {', '.join(map(repr, bad))}; known: {', '.join(DISTRIBUTIONS)}")
-    for f in formats:
-        fmt = _format(f)
-        if not fmt.signed or fmt.bits > 16:
+    if axis not in AXES:
+        raise unknown_name_error("axis", axis, AXES, plural="axes")
+    if isinstance(values, str):
+        raise ValueError(f"{axis}: expected a non-empty list, got {values!r}")
+    values = list(values)
+    if not values:
+        raise ValueError(f"{axis}: expected a non-empty list, got {values!r}")
+    for v in values:
+        if axis == "distributions":
+            if v not in _study.DISTRIBUTIONS:
+                raise unknown_name_error("distribution", v, _study.DISTRIBUTIONS)
+        elif axis == "formats":
+            fmt = _format(v)
+            if not fmt.signed or fmt.bits > 16:
+                raise ValueError(
+                    f"{fmt.name} cannot hold quantized elements (a signed format of at most 16 bits, "
+                    "e.g. e4m3, e5m2, e2m1, bf16)"
+                )
+        elif axis == "granularities":
+            _granularity(v)
+        elif axis == "seeds":
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
+                raise ValueError(f"seeds must be integers >= 0, got {v!r}")
+        elif len(v) != 2 or not all(isinstance(n, (int, np.integer)) and not isinstance(n, bool) and n > 0 for n in v):
+            raise ValueError(f"sizes must be pairs of positive integers (rows, cols), got {v!r}")
+    return values
+
+
+def granularity_params(
+    distributions=DEFAULT_DISTRIBUTIONS,
+    formats=DEFAULT_FORMATS,
+    granularities=DEFAULT_GRANULARITIES,
+    seeds=DEFAULT_SEEDS,
+    sizes=DEFAULT_SIZES,
+) -> list[dict]:
+    """The cross product of the sweep's axes as task parameters, every axis checked first
+    (:func:`check_axis`)."""
+    axes = dict(distributions=distributions, formats=formats, granularities=granularities, seeds=seeds, sizes=sizes)
+    axes = {name: check_axis(name, v) for name, v in axes.items()}
+    for g in axes["granularities"]:
+        if str(g).strip().lower().startswith("delayed"):
             raise ValueError(
-                f"format {fmt.name!r} cannot hold quantized elements (needs a signed format of <= 16 bits)"
+                f"sweep: granularity {g!r}: each task quantizes one tensor, and delayed scaling needs the "
+                "amax history of earlier tensors (the granularity study builds one: fp8sim study granularity)"
             )
-    for g in granularities:
-        _granularity(g)
-    for sd in seeds:
-        if isinstance(sd, bool) or not isinstance(sd, (int, np.integer)) or sd < 0:
-            raise ValueError(f"seeds must be integers >= 0, got {sd!r}")
-    for sz in sizes:
-        if len(sz) != 2 or not all(isinstance(n, (int, np.integer)) and not isinstance(n, bool) and n > 0 for n in sz):
-            raise ValueError(f"sizes must be pairs of positive integers (rows, cols), got {sz!r}")
     return [
         {"distribution": d, "format": f, "granularity": g, "seed": int(s), "rows": int(m), "cols": int(n)}
-        for d, f, g, s, (m, n) in itertools.product(distributions, formats, granularities, seeds, sizes)
+        for d, f, g, s, (m, n) in itertools.product(*axes.values())
     ]
 
 
@@ -153,10 +193,9 @@ def granularity_task(p: dict) -> dict:
     """Quantize one synthetic tensor (from p's seed) and measure the error."""
     from . import metrics
     from .scaling import quantize
-    from .studies.granularity import make_tensor
 
     rng = np.random.default_rng([p["seed"], p["rows"], p["cols"], _stable_hash(p["distribution"])])
-    x = make_tensor(p["distribution"], (p["rows"], p["cols"]), rng)
+    x = _study.make_tensor(p["distribution"], (p["rows"], p["cols"]), rng)
     q = quantize(x, p["format"], p["granularity"])
     y = q.dequantize()
     return dict(

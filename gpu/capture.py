@@ -215,7 +215,7 @@ def main(argv=None):
     ap.add_argument("--chain", action="store_true", help="only the chained K=4096 captures")
     ap.add_argument("--no-chain", action="store_true")
     args = ap.parse_args(argv)
-    from . import kernels as K
+    from . import launch as K
 
     info = K.device_info()
     os.makedirs(args.out, exist_ok=True)

@@ -129,7 +129,7 @@ def emulator_runner(model):
 
 
 def hardware_runner(instruction):
-    from . import kernels as K
+    from . import launch as K
 
     Mi, Ni = K.SHAPES[instruction]
 
@@ -732,7 +732,7 @@ def score(model, results) -> tuple[int, int]:
     n = bad = 0
     for r in results:
         d = emulator_runner(model)(r.A, r.B, r.C, r.a_format, r.b_format)
-        ok = tc._bits_equal(d, r.D)
+        ok = tc.bits_equal(d, r.D)
         n += ok.size
         bad += int((~ok).sum())
     return n - bad, n

@@ -81,7 +81,7 @@ def main(argv=None):
     ap.add_argument("--chunk-log2", type=int, default=26)
     args = ap.parse_args(argv)
     if args.out:
-        from . import kernels as K
+        from . import launch as K
 
         out = {
             "meta": np.array(

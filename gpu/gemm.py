@@ -4,7 +4,7 @@
 e4m3, 1x128 activation scales, 128x128 weight scales, promotion every 128
 into fp32 with ``fma(sa*sb, partial, acc)``) or the per-tensor
 no-promotion variant on the GPU and returns (fp32 output, bf16 output as
-float32).  Operands come from :func:`fp8sim.gemm.quantize_operands`, so
+float32).  Operands come from :func:`fp8sim.pipeline.quantize_operands`, so
 the codes and scales are the ones the CPU emulator uses.
 
 Capture (on the GPU machine, from the repository root)::
@@ -73,7 +73,7 @@ def make_inputs(M, N, K, dist, seed):
 def case_operands(case):
     """(qx, qw, recipe) for a case: the operands every path (GPU, CPU) consumes."""
     import fp8sim
-    from fp8sim.gemm import quantize_operands
+    from fp8sim.pipeline import quantize_operands
 
     name, M, N, K, dist, seed, rname, _ = case
     x, w = make_inputs(M, N, K, "normal" if dist == "nan_codes" else dist, seed)
@@ -117,15 +117,11 @@ def checksum(qx, qw) -> int:
 
 def kernel_operands(qx, qw, r):
     """Padded codes and scale arrays in the kernel's layout (the same as fp8sim's CPU kernel)."""
-    from fp8sim.gemm import _k_scales, _pad_k
+    from fp8sim.pipeline import kernel_inputs
 
-    M, K = qx.shape
-    N = qw.shape[1]
-    step = max(32, r.promote_every or 32)
-    Kp = -(-K // step) * step
-    sa, sb, kscale, nks = _k_scales(qx, qw, Kp)
-    A = _pad_k(qx.codes, Kp, 1)
-    B = _pad_k(qw.codes, Kp, 0)
+    M, N = qx.shape[0], qw.shape[1]
+    A, B, sa, sb, kscale = kernel_inputs(qx, qw, r.promote_every)
+    Kp = A.shape[1]
     Mp, Np = -(-M // 64) * 64, -(-N // 32) * 32
     A = np.pad(A, ((0, Mp - M), (0, 0)))
     Bt = np.ascontiguousarray(np.pad(B, ((0, 0), (0, Np - N))).T)
@@ -142,7 +138,7 @@ _mod = None
 def _module():
     global _mod
     if _mod is None:
-        from .kernels import load_module
+        from .launch import load_module
 
         _mod = load_module(SRC, "gemm_sm90a.cubin")
     return _mod
@@ -219,7 +215,7 @@ def sanity() -> dict:
 
 def _emulate(ops, r):
     """fp8sim's CUDA-core emulation (backend="cupy") on the kernel's operands; (M, N) float32."""
-    from fp8sim.gemm import scaled_matmul
+    from fp8sim.pipeline import scaled_matmul
 
     A, Bt, sa, sb, kscale, promote, (M, N, Mp, Np, Kp) = ops
     y = scaled_matmul(
@@ -241,8 +237,8 @@ def _emulate(ops, r):
 
 def _emu_big(n: int) -> dict:
     """Time the CUDA-core emulation on an n^3 DeepSeek-V3-shaped GEMM (random finite codes, scales 1)."""
-    from fp8sim import _gemm_kernels as GK
-    from fp8sim.gemm import scaled_matmul
+    from fp8sim.pipeline import scaled_matmul
+    from fp8sim.tensorcore import cuda as GK
 
     try:
         rng = np.random.default_rng(5)
@@ -365,7 +361,7 @@ def _one(case, store, meta, timing):
     if reps:
         timing[name] = {"seconds": t, "tflops": 2 * M * N * K / t / 1e12}
     if reps:
-        from fp8sim import _gemm_kernels as GK
+        from fp8sim.tensorcore import cuda as GK
 
         timing[name + " cupy-emulation"] = {
             "seconds": GK.last_kernel_seconds,
@@ -385,7 +381,7 @@ def _finish(out_dir, t0, log, store, meta, timing):
     if time.time() - t0 < 200:
         timing.update(_emu_big(16384))
     try:
-        from gpu.kernels import device_info
+        from gpu.launch import device_info
 
         log["device"] = device_info()
     except Exception as e:  # pragma: no cover

@@ -11,11 +11,11 @@ export PYTHONUNBUFFERED=1
   date -u; nvidia-smi; nvcc --version
   python3 -c "import cupy, numba, numpy; print('cupy', cupy.__version__, 'numba', numba.__version__, 'numpy', numpy.__version__)"
 } > "$OUT/env.log" 2>&1
-python3 -c "import gpu.kernels as K; print(K.build(force=True))" > "$OUT/build.log" 2>&1
+python3 -c "import gpu.launch as K; print(K.build(force=True))" > "$OUT/build.log" 2>&1
 cuobjdump -sass gpu/kernels/build/tc_sm90a.cubin > "$OUT/sass.txt" 2>&1
 python3 - > "$OUT/sanity.log" 2>&1 <<'PY'
 import json, numpy as np
-import gpu.kernels as K
+import gpu.launch as K
 print(json.dumps(K.device_info()))
 try:
     print("wgmma descriptor (LBO, SBO):", K.descriptor_fields())

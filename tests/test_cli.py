@@ -149,21 +149,24 @@ def test_report_config_selects_studies_and_options(tmp_path, capsys):
 @pytest.mark.parametrize(
     "text, message",
     [
-        ("bogus = 1", "unknown key 'bogus'; known: seed, quick, studies"),
-        ("[granularity]\ntile = 3", "[granularity] has no option 'tile'; known: shape"),
-        ("[granularity]\ngranularities = ['1x128', 'blocky']", "unknown 'blocky'; known: tensor, row"),
+        ("bogus = 1", "unknown key 'bogus'; known keys: seed, quick, studies"),
+        ("[granularity]\ntile = 3", "[granularity]: unknown option 'tile'; known options: shape"),
+        (
+            "[granularity]\ngranularities = ['1x128', 'blocky']",
+            "unknown granularity 'blocky'; known granularities: tensor, row",
+        ),
         ("[rounding]\nformats = ['e9m9']", "known formats: e4m3"),
         ("[training]\nrecipes = ['fp7']", "fp7"),
         ("[training]\nsteps = 0", "[training] steps: expected a positive integer, got 0"),
         # each value is checked against what its study accepts (not only against the registry)
         ("[granularity]\nformats = ['e8m0']", "'e8m0' not accepted: the granularity study quantizes"),
-        ("[granularity]\nformats = ['e2m1']", "known: e4m3, e5m2"),
+        ("[granularity]\nformats = ['e2m1']", "quantizes to the element formats e4m3, e5m2"),
         ("[rounding]\nformats = ['e8m0']", "'e8m0' is an unsigned (scale-only) format"),
         ("[accumulation]\nk_max = 64", "[accumulation] k_max: expected an integer >= 128, got 64"),
-        ("[granularity]\ngranularities = ['tensr']", "unknown 'tensr' (did you mean 'tensor'?)"),
+        ("[granularity]\ngranularities = ['tensr']", "unknown granularity 'tensr'; did you mean 'tensor'?"),
         ("[rounding]\nformats = ['e4m4']", "did you mean 'e4m3'"),
         ("[granularity]\nshape = [64]", "expected two positive integers"),
-        ("studies = ['formats', 'speed']", "unknown 'speed'; known: formats, rounding"),
+        ("studies = ['formats', 'speed']", "unknown study 'speed'; known studies: formats, rounding"),
         ("[training\nsteps = 1", "is not valid TOML"),
     ],
 )

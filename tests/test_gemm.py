@@ -1,5 +1,5 @@
-"""fp8sim.gemm: the fast kernel against the validated tensor-core model, the captured H200 GEMMs,
-hand-checkable cases, the error decomposition, padding and bad input."""
+"""fp8sim.gemm (fp8sim.pipeline): the fast kernel against the validated tensor-core model, the captured
+H200 GEMMs, hand-checkable cases, the error decomposition, padding and bad input."""
 
 import fractions
 import glob
@@ -11,7 +11,16 @@ import pytest
 
 import fp8sim
 from fp8sim import tensorcore as tc
-from fp8sim.gemm import SOURCES, GemmReport, quantize_operands, scaled_matmul, transpose_granularity
+from fp8sim.pipeline import (
+    SOURCES,
+    GemmReport,
+    along_k,
+    kernel_inputs,
+    padded_k,
+    quantize_operands,
+    scaled_matmul,
+    transpose_granularity,
+)
 from fp8sim.scaling import MX, Group, PerColumn, PerRow, PerTensor, Tile
 from fp8sim.tensorcore import load_capture
 
@@ -438,7 +447,7 @@ def test_nk_quantized_weights_keep_their_scales(g, blk, gt, r):
 )
 @pytest.mark.parametrize("shape", [(300, 200), (7, 130), (1, 64)])
 def test_transpose_q_dequantizes_to_the_transpose(g, shape):
-    from fp8sim.gemm import _transpose_q
+    from fp8sim.pipeline import _transpose_q
 
     rng = np.random.default_rng(10)
     a = (rng.standard_normal(shape) * np.exp(rng.normal(0, 3, shape))).astype(np.float32)
@@ -459,13 +468,32 @@ def test_transpose_granularity_table():
     assert transpose_granularity("tensor") == PerTensor()
 
 
-@pytest.mark.parametrize("g", ["1x128", "128x128", Tile(256, 128), "tensor", "row", "g128", "mx32"])
+@pytest.mark.parametrize("g", ["1x128", "128x128", Tile(256, 128), "tensor", "row", "g128", "mx32", "nvfp4"])
 def test_gemm_and_training_orient_agree(g):
-    from fp8sim.gemm import _gran_along_k
     from fp8sim.training.linear import orient
 
-    assert _gran_along_k(g, "w") == orient(g, 0)
-    assert _gran_along_k(g, "x") == orient(g, 1)
+    assert along_k(g, "w") == orient(g, 0) == transpose_granularity(g)
+    assert along_k(g, "x") == orient(g, 1) == fp8sim.granularity(g)
+    d = fp8sim.granularity("delayed")
+    assert along_k(d, "w") is d and orient(d, 0) is d  # a granularity with state stays the same object
+    with pytest.raises(ValueError, match="operand"):
+        along_k(g, "k")
+    with pytest.raises(ValueError, match="k_axis"):
+        orient(g, 2)
+
+
+def test_kernel_inputs_pad_k_and_scales():
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((5, 300)).astype(np.float32)
+    w = rng.standard_normal((300, 7)).astype(np.float32)
+    r = fp8sim.recipe("deepseek-v3")
+    qx, qw = quantize_operands(x, w, r)
+    assert padded_k(300, 128) == 384 and padded_k(300, None) == 320 and padded_k(64, 32) == 64
+    A, B, sa, sb, kscale = kernel_inputs(qx, qw, r.promote_every)
+    assert A.shape == (5, 384) and B.shape == (384, 7) and not A[:, 300:].any() and not B[300:].any()
+    assert np.array_equal(A[:, :300], qx.codes) and np.array_equal(B[:300], qw.codes)
+    assert kscale == 128 and sa.shape == (5, 3) and sb.shape == (3, 7)
+    assert np.array_equal(sa, qx.scales) and np.array_equal(sb, np.repeat(qw.scales, 128, axis=1)[:, :7])
 
 
 # ----------------------------------------------------------- other 8-bit formats (issue #18 item 14)

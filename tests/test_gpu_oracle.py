@@ -13,7 +13,7 @@ cp = pytest.importorskip("cupy")
 from fp8sim import tensorcore as tc  # noqa: E402
 
 try:
-    from gpu import kernels as K  # noqa: E402
+    from gpu import launch as K  # noqa: E402
 
     _ok = K.available() and K.cp.cuda.Device().compute_capability == "90"
 except Exception:  # pragma: no cover

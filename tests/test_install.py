@@ -320,7 +320,7 @@ def test_cache_key_follows_every_source_file(tmp_path):
     assert re.fullmatch(r"0\.1\.0-[0-9a-f]{16}", key)
     assert _numba_cache.package_key(b, "0.1.0") == key  # same sources elsewhere: the same cache
     assert _numba_cache.package_key(a, "0.2.0") != key
-    for rel in ("formats.py", "_kernels.py", "training/__init__.py"):
+    for rel in ("formats.py", "rounding/kernels.py", "rounding/fast8.py", "scaling/rows.py", "training/__init__.py"):
         f = b / rel
         original = f.read_bytes()
         f.write_bytes(original + b"\n# changed\n")
@@ -351,17 +351,23 @@ def test_prune_removes_only_stale_other_keys(tmp_path):
 def test_leftover_in_tree_cache_is_removed(tmp_path):
     pkg = tmp_path / "fp8sim"
     (pkg / "__pycache__").mkdir(parents=True)
+    (pkg / "scaling" / "__pycache__").mkdir(parents=True)
     (pkg / "training" / "__pycache__").mkdir(parents=True)
     stale = [
-        pkg / "__pycache__" / "scaling._apply-1188.py311.nbi",
+        pkg / "__pycache__" / "scaling._apply-1188.py311.nbi",  # (the module of older versions)
+        pkg / "scaling" / "__pycache__" / "kernels.apply-40.py311.nbi",
         pkg / "training" / "__pycache__" / "m.f-1.py311.1.nbc",
     ]
-    keep = [pkg / "__pycache__" / "scaling.cpython-311.pyc", pkg / "scaling.py"]
+    keep = [
+        pkg / "scaling" / "__pycache__" / "kernels.cpython-311.pyc",
+        pkg / "scaling" / "kernels.py",
+        pkg / "scaling" / "__init__.py",
+    ]
     for f in stale + keep:
         f.write_bytes(b"x")
     _numba_cache.remove_in_tree_cache(pkg)
-    assert [f.exists() for f in stale] == [False, False]
-    assert [f.exists() for f in keep] == [True, True]
+    assert [f.exists() for f in stale] == [False, False, False]
+    assert [f.exists() for f in keep] == [True, True, True]
 
 
 # --- the hardware captures ---------------------------------------------------------------------------

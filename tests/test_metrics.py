@@ -246,6 +246,7 @@ def test_underflow_counts_no_nan_codes():
 
     assert operand_stats(x, q) == (0, 10)
     assert M.quantization_counts(x, q)["n_underflow"] == 10
+    assert M.block_stats(x, q)["n_underflow"].tolist() == [[0], [10]]
 
 
 # ------------------------------------------------------------------ max_rel_error (#18 item 21)

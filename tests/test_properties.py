@@ -1,5 +1,6 @@
 """Hypothesis properties of rounding that hold for every format and mode."""
 
+import functools
 import math
 
 import numpy as np
@@ -9,6 +10,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 import fp8sim
+from fp8sim.rounding.fast8 import fast_params, rne_code32
 
 FORMATS = [f for f in fp8sim.CATALOGUE.values() if f.signed]
 finite32 = st.floats(allow_nan=False, allow_infinity=False, width=32)
@@ -110,3 +112,28 @@ def test_sr_seed_changes_draws():
     assert not np.array_equal(a, b)
     g1, g2 = np.random.default_rng(5), np.random.default_rng(5)
     assert np.array_equal(fp8sim.round(x, "e4m3", "sr", seed=g1), fp8sim.round(x, "e4m3", "sr", seed=g2))
+
+
+FAST8 = [f for f in FORMATS if fast_params(f, True) is not None]
+
+
+@functools.cache
+def _fast8_codes():
+    from numba import njit
+
+    @njit
+    def codes(x, fp, out):
+        for i in range(x.size):
+            out[i] = rne_code32(x[i], fp)
+
+    return codes
+
+
+@given(arrays(np.float32, st.integers(1, 64)), st.sampled_from(FAST8), st.booleans())
+def test_fast8_rne_equals_the_general_kernel(x, fmt, saturate):
+    """The float32-lane RNE code path of the fused quantization kernels is the same rounding as encode's."""
+    if fmt.nan_code is None:
+        x = x[~np.isnan(x)]
+    got = np.empty(x.size, np.uint8)
+    _fast8_codes()(x, fast_params(fmt, saturate), got)
+    assert np.array_equal(got, fp8sim.encode(x, fmt, "rne", saturate=saturate))

@@ -28,6 +28,29 @@ def test_lookup_and_error_lists_names():
         fp8sim.recipe(3)
 
 
+def test_unknown_recipe_names_close_matches():
+    with pytest.raises(fp8sim.UnknownNameError, match="did you mean 'deepseek-v3'") as e:
+        fp8sim.recipe("deepseek-v2")
+    assert isinstance(e.value, ValueError) and "known recipes: " + ", ".join(NAMES) in str(e.value)
+
+
+def test_accumulators_come_from_the_tensorcore_registry():
+    from fp8sim.recipes import accumulator_names
+    from fp8sim.tensorcore import model_names
+
+    names = accumulator_names()
+    assert names == [i for a, i in model_names() if a == "sm90"] + ["fp64"]
+    assert {"wgmma", "wgmma.f16", "mma.sync", "exact", "fp32", "fp64"} <= set(names)
+    for a in names:
+        assert Recipe("t", accumulator=a).accumulator == a
+
+
+def test_is_int_refuses_bools():
+    from fp8sim.recipes import is_int
+
+    assert is_int(3) and is_int(np.int64(3)) and not is_int(True) and not is_int(np.bool_(True)) and not is_int(3.0)
+
+
 def test_deepseek_v3_preset_fields():
     r = fp8sim.recipe("deepseek-v3")
     assert (r.x_format, r.w_format, r.x_granularity, r.w_granularity) == ("e4m3", "e4m3", "1x128", "128x128")

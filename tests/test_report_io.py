@@ -15,7 +15,7 @@ import pytest
 
 import fp8sim
 from fp8sim import _json, report
-from fp8sim.cli import UsageError, _check_in_file, _check_out_dir, _check_out_file, _granularity_list, main
+from fp8sim.cli import UsageError, check_in_file, check_out_dir, check_out_file, granularity_list, main
 
 
 def run(capsys, *argv):
@@ -206,38 +206,38 @@ def test_interrupted_report_leaves_the_old_report_untouched(tmp_path):
 def test_path_helpers(tmp_path):
     f = tmp_path / "f.npy"
     f.write_bytes(b"x")
-    assert _check_in_file(str(f), "input", (".npy",)) == str(f)
+    assert check_in_file(str(f), "input", (".npy",)) == str(f)
     with pytest.raises(UsageError, match="no such file"):
-        _check_in_file(str(tmp_path / "nope.npy"), "input")
+        check_in_file(str(tmp_path / "nope.npy"), "input")
     with pytest.raises(UsageError, match="is a folder, not a file"):
-        _check_in_file(str(tmp_path), "input")
+        check_in_file(str(tmp_path), "input")
     (tmp_path / "z.npz").write_bytes(b"x")
     with pytest.raises(UsageError, match=r"z\.npz: expected a \.npy file"):
-        _check_in_file(str(tmp_path / "z.npz"), "input", (".npy",))
+        check_in_file(str(tmp_path / "z.npz"), "input", (".npy",))
     # output files
     with pytest.raises(UsageError, match="exists; pass --force"):
-        _check_out_file(str(f))
-    assert _check_out_file(str(f), force=True) == str(f)
+        check_out_file(str(f))
+    assert check_out_file(str(f), force=True) == str(f)
     with pytest.raises(UsageError, match="is a folder"):
-        _check_out_file(str(tmp_path))
+        check_out_file(str(tmp_path))
     with pytest.raises(UsageError, match=r"f\.npy is a file, not a folder"):
-        _check_out_file(str(f / "q.npz"))
+        check_out_file(str(f / "q.npz"))
     with pytest.raises(UsageError, match=r"ending in \.npz"):
-        _check_out_file(str(tmp_path / "q.txt"), suffixes=(".npz",))
-    assert _check_out_file(str(tmp_path / "new" / "deeper" / "q.npz"), suffixes=(".npz",))
+        check_out_file(str(tmp_path / "q.txt"), suffixes=(".npz",))
+    assert check_out_file(str(tmp_path / "new" / "deeper" / "q.npz"), suffixes=(".npz",))
     # output folders
     with pytest.raises(UsageError, match="exists and is not a folder"):
-        _check_out_dir(str(f))
+        check_out_dir(str(f))
     with pytest.raises(UsageError, match="already holds f.npy; pass --force"):
-        _check_out_dir(str(tmp_path), writes=("f.npy",))
-    assert _check_out_dir(str(tmp_path), writes=("f.npy",), force=True)
+        check_out_dir(str(tmp_path), writes=("f.npy",))
+    assert check_out_dir(str(tmp_path), writes=("f.npy",), force=True)
     with pytest.raises(UsageError, match="a file, not a folder"):
-        _check_out_dir(str(f / "sub"))
-    assert _granularity_list("tensor, 1x128,mx32") == ["tensor", "1x128", "mx32"]
+        check_out_dir(str(f / "sub"))
+    assert granularity_list("tensor, 1x128,mx32") == ["tensor", "1x128", "mx32"]
     with pytest.raises(fp8sim.formats.UnknownNameError, match="did you mean 'tensor'"):
-        _granularity_list("1x128,tensr")
+        granularity_list("1x128,tensr")
     with pytest.raises(UsageError, match="comma-separated"):
-        _granularity_list("1x128,")
+        granularity_list("1x128,")
 
 
 def test_folder_commands_check_outputs_before_work(tmp_path, capsys):

@@ -15,7 +15,10 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import fp8sim
-from fp8sim.scaling import MX, DelayedScaling, Group, Tile, quantize
+from fp8sim.formats import UnknownNameError
+from fp8sim.rounding import RoundMode
+from fp8sim.rounding.fast8 import NO_FAST, FastParams, fast_params, rne_code32
+from fp8sim.scaling import MX, DelayedScaling, Group, ScalePolicy, Tile, quantize, scale_policy
 
 GRANS = ["tensor", "row", "col", "1x8", "4x8", "3x5", "g4", "mx32", Group(4, axis=0), "nvfp4"]
 FMTS = ["e4m3", "e5m2"]
@@ -129,7 +132,8 @@ def test_zero_tensors_round_trip(g, sf):
         return
     x = np.zeros((7, 33), np.float32)
     x[1, 2] = -0.0
-    q = quantize(x, "e4m3" if g != "nvfp4" else "e2m1", g, scale_format=sf)
+    gran = DelayedScaling() if g == "delayed" else g
+    q = quantize(x, "e4m3" if g != "nvfp4" else "e2m1", gran, scale_format=sf)
     assert np.isfinite(q.scales).all() and (q.scales > 0).all()
     d = q.dequantize()
     assert np.array_equal(d, x) and np.signbit(d[1, 2])
@@ -193,6 +197,61 @@ def test_scale_roundings_by_definition():
             assert q.scales[0] == 2.0**e, (amax, r)
             q = quantize(x, "e4m3", "tensor", scale_format="pow2", scale_rounding=r, margin=2)
             assert q.scales[0] == 2.0 ** (e + 2), (amax, r)
+
+
+@pytest.mark.parametrize("sf, g", [("pow2", "1x32"), ("e8m0", "mx32"), ("bf16", "row"), ("pow2", "128x128")])
+def test_scale_rounding_mode_names_are_floor_and_ceil(sf, g):
+    """The RoundMode names of floor and ceil (one vocabulary with element rounding) give the same
+    scales and codes, and the QuantizedTensor keeps the canonical name (its repr does not change)."""
+    rng = np.random.default_rng(2)
+    x = (rng.standard_normal((256, 256)) * np.exp(rng.normal(0.0, 3.0, (256, 1)))).astype(np.float32)
+    for canonical, names in {
+        "floor": ("rdn", "RD", "down", RoundMode.RDN, " Floor "),
+        "ceil": ("rup", "ru", "up", RoundMode.RUP, "CEIL"),
+    }.items():
+        want = quantize(x, "e4m3", g, scale_format=sf, scale_rounding=canonical)
+        assert want.scale_rounding == canonical
+        for name in names:
+            q = quantize(x, "e4m3", g, scale_format=sf, scale_rounding=name)
+            assert q.scale_rounding == canonical and repr(q) == repr(want), name
+            assert np.array_equal(q.scales, want.scales) and np.array_equal(q.codes, want.codes), name
+    for rule in ("rceil", "even"):  # scale rules of their own ("even" is not the mode rne here)
+        assert quantize(x, "e4m3", g, scale_format=sf, scale_rounding=rule).scale_rounding == rule
+
+
+def test_scale_policy_is_named():
+    sf, sr, sp = scale_policy("mx32", "e4m3")
+    assert (sf, sr) == ("e8m0", "floor") and isinstance(sp, ScalePolicy)
+    assert sp.fmax == 448.0 and sp.emax_e == 8 and sp.mbits_e == 3 and (sp.emin_s, sp.emax_s) == (-127, 127)
+    assert scale_policy("row", "e4m3", "pow2", "rdn")[:2] == ("pow2", "floor")
+    assert scale_policy("row", "e4m3", "pow2", "rup")[2].rnd == int(RoundMode.RUP)
+    assert scale_policy("row", "e4m3", "pow2", "rdn")[2].rnd == int(RoundMode.RDN)
+
+
+def test_fast_params_and_rne_code32_equal_the_general_kernel():
+    """The fast 8-bit RNE path (fp8sim.rounding.fast8) on every exact float32 value of a pattern sweep
+    gives fp8sim.encode's codes (the general kernel), saturating or not; formats it cannot serve get None."""
+    from numba import njit
+
+    @njit
+    def codes_of(x, fp, out):
+        for i in range(x.size):
+            out[i] = rne_code32(x[i], fp)
+
+    assert isinstance(NO_FAST, FastParams) and len(FastParams._fields) == 11
+    for name in ("e5m6", "e8m0", "fp16"):
+        assert fast_params(fp8sim.format(name), True) is None
+    x = np.arange(0, 1 << 32, 8191, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    for name in ("e4m3", "e5m2", "e2m1", "e3m2", "e2m3", "e3m4"):
+        f = fp8sim.format(name)
+        xs = x[~np.isnan(x)] if f.nan_code is None else x
+        for sat in (True, False):
+            fp = fast_params(f, sat)
+            assert isinstance(fp, FastParams) and fp.shift == 23 - f.mbits
+            got = np.empty(xs.size, np.uint8)
+            codes_of(xs, fp, got)
+            want = fp8sim.encode(xs, f, "rne", saturate=sat)
+            assert np.array_equal(got, want), (name, sat, int((got != want).sum()))
 
 
 def test_fp32_and_bf16_scales():
@@ -316,6 +375,18 @@ def test_delayed_scaling_uses_history_not_current_amax():
     assert q.scales.ravel()[0] == 2.0 ** math.ceil(math.log2(5.0 / 448.0))
 
 
+def test_delayed_scaling_by_name_raises():
+    """The name makes a fresh DelayedScaling (empty history) per call: every tensor would silently get
+    scale 1.0.  quantize refuses it; the object made once keeps its history across calls."""
+    x = np.full((4, 4), 2.0, np.float32)
+    for name in ("delayed", "delayed8", "Delayed"):
+        with pytest.raises(ValueError, match=r"create the object once \(g = fp8sim.granularity"):
+            quantize(x, "e4m3", name)
+    g = fp8sim.granularity("delayed")
+    assert quantize(x, "e4m3", g).scales.ravel()[0] == 1.0
+    assert quantize(x, "e4m3", g).scales.ravel()[0] == np.float32(2.0 / 448.0)  # from the history
+
+
 def test_user_amax():
     x = np.ones((2, 8), np.float32)
     q = quantize(x, "e4m3", "row", amax=np.array([[4.0], [8.0]]))
@@ -379,10 +450,12 @@ def test_bad_input():
         quantize(np.float32(1.0), "e4m3", "tensor")
     with pytest.raises(ValueError, match="empty"):
         quantize(np.zeros((0, 4), np.float32), "e4m3", "tensor")
-    with pytest.raises(ValueError, match="scale_format"):
+    with pytest.raises(UnknownNameError, match="scale_format 'fp64'.*known scale formats: fp32, bf16, pow2, e8m0"):
         quantize(x, "e4m3", "row", scale_format="fp64")
-    with pytest.raises(ValueError, match="scale_rounding"):
-        quantize(x, "e4m3", "row", scale_format="pow2", scale_rounding="up")
+    with pytest.raises(UnknownNameError, match="known scale roundings: floor, ceil, rceil, even"):
+        quantize(x, "e4m3", "row", scale_format="pow2", scale_rounding="nearest")  # a mode, not a scale rule
+    with pytest.raises(UnknownNameError, match="scale_rounding 'rne'"):
+        quantize(x, "e4m3", "row", scale_format="pow2", scale_rounding=RoundMode.RNE)
     with pytest.raises(ValueError, match="scale_rounding"):
         quantize(x, "e4m3", "row", scale_rounding="floor")  # fp32 scales are not rounded
     with pytest.raises(ValueError, match="E8M0"):

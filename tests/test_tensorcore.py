@@ -530,7 +530,9 @@ def test_gpu_verify_tool_delegates(capsys):
         (dict(k_order="0123"), TypeError, "k_order"),
         (dict(kind="fuse"), tc.UnknownNameError, "did you mean 'fused'"),
         (dict(out_rounding="rnee"), tc.UnknownNameError, "did you mean 'rne'"),
-        (dict(align_rounding="RZ"), tc.UnknownNameError, "align_rounding"),
+        (dict(align_rounding="rne"), tc.UnknownNameError, r"unknown align_rounding 'rne'.*rtz, rdn"),
+        (dict(out_rounding="rna"), tc.UnknownNameError, r"unknown out_rounding 'rna'.*rtz, rne, rdn, rup"),
+        (dict(out_rounding=2), TypeError, "out_rounding"),
         (dict(output="fp16"), tc.UnknownNameError, r"did you mean 'f16'.*f32, f16"),
         (dict(c_mode=1), TypeError, "c_mode"),
         (dict(validated="yes"), TypeError, "validated"),
@@ -667,3 +669,119 @@ def test_verify_with_a_model_name_uses_the_captures_arch(tmp_path):
     np.savez(path, **dict(cap, d=d89, meta=np.str_(json.dumps(meta))))
     assert tc.verify_capture(path, model="mma.sync")["mismatches"] == 0
     assert tc.verify_capture(path, model=tc.get_model("mma.sync", "sm90"))["mismatches"] == differ
+
+
+# ------------------------------------------------------------ rounding vocabulary, registry, tables
+def test_rounding_fields_accept_every_name_of_a_mode():
+    """align_rounding/out_rounding take any RoundMode name or alias and store one spelling: models
+    built from aliases equal the presets (repr included) and give identical results."""
+    from dataclasses import replace
+
+    from fp8sim.rounding import RoundMode
+
+    base = tc.get_model("wgmma")
+    for alias in ("rtz", "RZ", "zero", "truncate", RoundMode.RTZ):
+        m = replace(base, align_rounding=alias, out_rounding=alias)
+        assert m == base and repr(m) == repr(base) and m.out_rounding == "rz"
+    f16 = tc.get_model("wgmma.f16")
+    assert replace(f16, out_rounding="nearest") == f16 and replace(f16, out_rounding=RoundMode.RNE) == f16
+    assert tc.AccumulatorModel(name="x", out_rounding="floor").out_rounding == "rd"
+    assert tc.AccumulatorModel(name="x", out_rounding=RoundMode.RUP).out_rounding == "ru"
+    assert tc.AccumulatorModel(name="x", align_rounding="rdn").align_rounding == "rd"
+    # the kernels see RoundMode numbers
+    assert tc.model_params(base).out_rounding == RoundMode.RTZ
+    assert tc.model_params(f16).out_rounding == RoundMode.RNE
+    p = tc.model_params(replace(base, align_rounding="rd", out_rounding="ru"))
+    assert (p.align_rounding, p.out_rounding) == (RoundMode.RDN, RoundMode.RUP)
+    rng = np.random.default_rng(3)
+    a = rng.integers(0, 0x7E, size=(8, 128), dtype=np.uint8)
+    a[rng.random(a.shape) < 0.5] |= np.uint8(0x80)
+    b = rng.integers(0, 0x7B, size=(128, 5), dtype=np.uint8)
+    for name, alias in (("rd", "towardnegative"), ("ru", "ceil"), ("rne", "even"), ("rz", "rtz")):
+        ref = tc.matmul(a, b, instruction=replace(base, out_rounding=name, out_frac_bits=18), **KW)
+        got = tc.matmul(a, b, instruction=replace(base, out_rounding=alias, out_frac_bits=18), **KW)
+        assert bits_equal(ref, got).all(), name
+
+
+def test_register_model_for_a_new_arch():
+    """A new (arch, instruction) is one register_model call; it runs through mma and matmul, the
+    arch-independent presets apply to it, and a second preset for the same pair is refused."""
+    from dataclasses import replace
+
+    copy = replace(tc.get_model("wgmma"), name="test copy of wgmma", validated=False)
+    rng = np.random.default_rng(5)
+    a = rng.integers(0, 0x7E, size=(6, 96), dtype=np.uint8)
+    b = rng.integers(0, 0x7B, size=(96, 7), dtype=np.uint8)
+    c = rng.standard_normal((6, 7)).astype(np.float32)
+    try:
+        tc.register_model("Test", "wgmma", copy)
+        assert ("test", "wgmma") in tc.model_names()
+        assert tc.get_model("wgmma", "test") is copy and tc.get_model("WGMMA", "TEST") is copy
+        assert tc.get_model("exact", "test") == tc.get_model("exact")
+        assert bits_equal(tc.mma(a[:, :32], b[:32], c, arch="test", **KW), tc.mma(a[:, :32], b[:32], c, **KW)).all()
+        assert bits_equal(
+            tc.matmul(a, b, c, arch="test", promote_every=64, **KW), tc.matmul(a, b, c, promote_every=64, **KW)
+        ).all()
+        with pytest.raises(ValueError, match="already has a preset"):
+            tc.register_model("test", "wgmma", copy)
+        with pytest.raises(tc.UnknownNameError, match=r"unknown instruction 'wgmmma'.*did you mean 'wgmma'"):
+            tc.get_model("wgmmma", "test")
+        with pytest.raises(
+            tc.UnknownNameError, match=r"no preset for arch 'test'.*'sm90'.*known presets:.*wgmma \(test\)"
+        ):
+            tc.get_model("mma.sync", "test")
+    finally:
+        tc.PRESETS.pop(("test", "wgmma"), None)
+    assert ("test", "wgmma") not in tc.model_names()
+    with pytest.raises(ValueError, match="already has a preset"):
+        tc.register_model("sm90", "wgmma", copy)
+    with pytest.raises(TypeError, match="AccumulatorModel"):
+        tc.register_model("test", "wgmma", "wgmma")
+    with pytest.raises(TypeError, match="arch"):
+        tc.register_model(90, "wgmma", copy)
+    with pytest.raises(ValueError, match="instruction"):
+        tc.register_model("test", " ", copy)
+
+
+def test_get_model_suggests_close_names_and_lists_the_presets():
+    with pytest.raises(tc.UnknownNameError, match=r"did you mean 'wgmma.f16'.*known presets: wgmma \(sm90\), "):
+        tc.get_model("wgmma.f61")
+    with pytest.raises(tc.UnknownNameError, match=r"unknown arch 'sm900'.*did you mean 'sm90'"):
+        tc.get_model("mma.sync", "sm900")
+
+
+def test_code_tables():
+    import fp8sim
+    from fp8sim.tensorcore import fast
+
+    e4m3 = fp8sim.format("e4m3")
+    t = tc.code_table(e4m3, "clamp")
+    assert isinstance(t, tc.CodeTable) and t is tc.code_table(e4m3, "clamp")
+    assert (t.cls[0x38], t.sign[0x38], t.sig[0x38], t.exp[0x38], t.val[0x38]) == (1, 0, 8, 0, 1.0)
+    assert (t.cls[0x01], t.sig[0x01], t.exp[0x01]) == (1, 1, -6)  # subnormal: emin, significand below 1
+    assert tc.code_table(e4m3, "normalize").exp[0x01] == -9
+    assert (t.cls[0x00], t.cls[0x80], t.sign[0x80], t.cls[0x7F]) == (0, 0, 1, 3)
+    v, e, special = fast.code_tables(e4m3)
+    assert np.array_equal(v, t.val.astype(np.float32), equal_nan=True) and special[0x7F] and not special[0x7E]
+    assert e[0x38] == 0 and e[0x00] == e[0x7F] < -1000
+
+
+def test_fast_kernel_models():
+    from dataclasses import replace
+
+    from fp8sim.tensorcore import fast
+
+    wg = tc.get_model("wgmma")
+    assert fast.fast_kernel_ok(wg) and fast.fast_kernel_ok(replace(wg, out_rounding="rtz"))
+    for ins in ("wgmma.f16", "mma.sync", "exact", "fp32"):
+        assert not fast.fast_kernel_ok(tc.get_model(ins)), ins
+    assert not fast.fast_kernel_ok(replace(wg, out_rounding="rne"))
+    assert not fast.fast_kernel_ok(replace(wg, frac_bits=14))
+
+
+def test_bits_equal_and_identical():
+    x = np.array([1.0, np.nan, -0.0], np.float32)
+    y = np.array([1.0, np.nan, 0.0], np.float32)
+    y.view(np.uint32)[1] ^= np.uint32(0x80000001)  # another NaN
+    assert tc.bits_equal(x, y).tolist() == [True, True, False]
+    assert tc.bits_identical(x, y).tolist() == [True, False, False]

@@ -27,6 +27,24 @@ import time
 
 import numpy as np
 
+from .._names import unknown_name_error
+
+__all__ = [
+    "CSV_NAME",
+    "DISTRIBUTIONS",
+    "MODELS",
+    "RECIPES",
+    "COLUMNS",
+    "DEEPSEEK_V3_K4096_NO_PROMOTION_MAX",
+    "H200_K4096",
+    "make_inputs",
+    "errors",
+    "accumulate",
+    "run",
+]
+
+#: the file of the study's table, in ``out_dir``
+CSV_NAME = "accumulation_study.csv"
 DISTRIBUTIONS = ("normal", "uniform", "outlier")
 MODELS = ("wgmma", "mma.sync", "exact", "fp32")
 RECIPES = ("deepseek-v3", "per-tensor", "per-tensor-no-promotion", "mxfp8", "te-hybrid", "bf16", "fp32")
@@ -54,11 +72,13 @@ def make_inputs(dist: str, M: int, K: int, N: int, rng: np.random.Generator):
         x[rng.random((M, K)) < 0.005] *= 50.0
         w[rng.random((K, N)) < 0.005] *= 50.0
     else:
-        raise ValueError(f"unknown distribution {dist!r}; known: {DISTRIBUTIONS}")
+        raise unknown_name_error("distribution", dist, DISTRIBUTIONS)
     return x.astype(np.float32), w.astype(np.float32)
 
 
 def errors(ref, y) -> dict:
+    """Elementwise relative errors of ``y`` against ``ref`` (max and median over ref != 0 and finite y),
+    the relative Frobenius error and the number of outputs counted."""
     ref = np.asarray(ref, np.float64)
     y = np.asarray(y, np.float64)
     m = (ref != 0) & np.isfinite(y)
@@ -74,7 +94,7 @@ def errors(ref, y) -> dict:
 
 def accumulate(a_codes, b_codes, model: str, promote):
     """The FP8 product of codes (e4m3, unit scales) on one accumulator model (float32 result)."""
-    from ..gemm import scaled_matmul
+    from ..pipeline import scaled_matmul
 
     M, K = a_codes.shape
     N = b_codes.shape[1]
@@ -115,9 +135,11 @@ def run(
 
     dists = tuple(distributions) if distributions is not None else DISTRIBUTIONS
     recs = tuple(recipes) if recipes is not None else RECIPES
-    bad = [d for d in dists if d not in DISTRIBUTIONS]
-    if bad or not dists:
-        raise ValueError(f"unknown or no distributions {bad or dists!r}; known: {', '.join(DISTRIBUTIONS)}")
+    if not dists:
+        raise ValueError(f"no distributions given; known: {', '.join(DISTRIBUTIONS)}")
+    for d in dists:
+        if d not in DISTRIBUTIONS:
+            raise unknown_name_error("distribution", d, DISTRIBUTIONS)
     for r in recs:
         fp8sim.recipe(r)  # raises on an unknown name, listing the known ones
     k_max = int(k_max) if k_max is not None else (4096 if quick else 16384)
@@ -194,7 +216,7 @@ def run(
             )
             bar.update()
     bar.close()
-    csv_path = os.path.join(out_dir, "accumulation_study.csv")
+    csv_path = os.path.join(out_dir, CSV_NAME)
     with open(csv_path, "w", newline="") as f:
         wr = csv.DictWriter(f, fieldnames=COLUMNS)
         wr.writeheader()

@@ -29,6 +29,22 @@ import time
 
 import numpy as np
 
+from .._names import unknown_name_error
+
+__all__ = [
+    "CSV_NAME",
+    "DISTRIBUTIONS",
+    "FORMATS",
+    "GRANULARITIES",
+    "POLICIES",
+    "MX_POLICIES",
+    "COLUMNS",
+    "make_tensor",
+    "run",
+]
+
+#: the file of the study's table, in ``out_dir``
+CSV_NAME = "granularity_study.csv"
 DISTRIBUTIONS = ("gaussian", "student_t", "outlier_channels", "outlier_tokens", "lognormal_grad")
 FORMATS = ("e4m3", "e5m2")
 GRANULARITIES = ("tensor", "row", "col", "1x128", "128x128", "g32", "mx32", "nvfp4", "delayed")
@@ -70,7 +86,7 @@ def make_tensor(kind: str, shape, rng: np.random.Generator) -> np.ndarray:
     elif kind == "lognormal_grad":
         x = rng.choice([-1.0, 1.0], (M, N)) * np.exp(rng.normal(0.0, 3.0, (M, N))) * 1e-4
     else:
-        raise ValueError(f"unknown distribution {kind!r}; known: {', '.join(DISTRIBUTIONS)}")
+        raise unknown_name_error("distribution", kind, DISTRIBUTIONS)
     return x.astype(np.float32)
 
 
@@ -84,13 +100,16 @@ def _configs(granularities=GRANULARITIES):
             yield from ((g, sf, sr) for sf, sr in POLICIES)
 
 
-def _choose(what: str, given, known) -> tuple:
+def _choose(kind: str, plural: str, given, known) -> tuple:
+    """``given`` (default: all of ``known``), each checked against ``known``."""
     if given is None:
         return tuple(known)
     given = tuple(given)
-    bad = [v for v in given if v not in known]
-    if bad or not given:
-        raise ValueError(f"unknown or no {what}: {bad or given!r}; known: {', '.join(known)}")
+    if not given:
+        raise ValueError(f"no {plural} given; known: {', '.join(known)}")
+    for v in given:
+        if v not in known:
+            raise unknown_name_error(kind, v, known, plural=plural)
     return given
 
 
@@ -110,8 +129,8 @@ def run(
     ``quick=True`` uses 128x1024 tensors (seconds); the default 512x4096.
     ``shape``, ``formats``, ``distributions`` and ``granularities`` restrict
     or resize the study (default: all of :data:`FORMATS`,
-    :data:`DISTRIBUTIONS` and :data:`GRANULARITIES`); unknown names raise
-    ``ValueError``.
+    :data:`DISTRIBUTIONS` and :data:`GRANULARITIES`); an unknown name raises
+    :class:`~fp8sim.formats.UnknownNameError`.
     Returns ``{"csv": path, "figures": [paths], "rows": [dict, ...],
     "key": {(distribution, format, granularity): sqnr_db}, "seconds": float}``
     where ``key`` holds the default-policy (fp32 scales; E8M0 FLOOR for MX)
@@ -127,9 +146,9 @@ def run(
     from .. import metrics
     from ..scaling import DelayedScaling, quantize
 
-    fmts = _choose("formats", formats, FORMATS)
-    dists = _choose("distributions", distributions, DISTRIBUTIONS)
-    grans = _choose("granularities", granularities, GRANULARITIES)
+    fmts = _choose("format", "formats", formats, FORMATS)
+    dists = _choose("distribution", "distributions", distributions, DISTRIBUTIONS)
+    grans = _choose("granularity", "granularities", granularities, GRANULARITIES)
     if shape is None:
         shape = (128, 1024) if quick else (512, 4096)
     shape = tuple(int(v) for v in shape)
@@ -182,7 +201,7 @@ def run(
                 bar.update(1)
     bar.close()
 
-    csv_path = os.path.join(out_dir, "granularity_study.csv")
+    csv_path = os.path.join(out_dir, CSV_NAME)
     with open(csv_path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=COLUMNS)
         w.writeheader()

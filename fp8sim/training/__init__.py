@@ -3,12 +3,38 @@ decoder-only transformer LM with explicit backward passes, AdamW with BF16 momen
 deterministic synthetic corpus, stability instruments, and :func:`train`, which compares
 recipes against BF16.  See docs/training.md.
 
-``fp8sim.training.matmul(a, b, recipe, role)`` is the one GEMM entry point of the package.
+``fp8sim.training.matmul(a, b, recipe, role)`` is the one GEMM entry point of the training
+emulation; it runs :func:`fp8sim.gemm`.
 """
 
-from .data import Batches, make_corpus  # noqa: F401
-from .instruments import DriftMonitor, DynamicClipper, ElasticRestart, Event  # noqa: F401
-from .linear import Linear, gemm_backend, matmul, quantize_operand  # noqa: F401
-from .model import Context, ModelConfig, Precision, TransformerLM, precision_for  # noqa: F401
-from .optim import AdamW, lr_schedule  # noqa: F401
-from .train import DEFAULT_RECIPES, Fault, RunResult, TrainConfig, train, train_one  # noqa: F401
+from .data import Batches, make_corpus
+from .instruments import DriftMonitor, DynamicClipper, ElasticRestart, Event
+from .linear import Linear, matmul, quantize_operand
+from .model import Context, ModelConfig, Precision, TransformerLM, precision_for
+from .optim import AdamW, lr_schedule
+from .train import DEFAULT_RECIPES, Fault, RunResult, TrainConfig, train, train_one
+
+__all__ = [
+    "Batches",
+    "make_corpus",
+    "DriftMonitor",
+    "DynamicClipper",
+    "ElasticRestart",
+    "Event",
+    "Linear",
+    "matmul",
+    "quantize_operand",
+    "Context",
+    "ModelConfig",
+    "Precision",
+    "TransformerLM",
+    "precision_for",
+    "AdamW",
+    "lr_schedule",
+    "DEFAULT_RECIPES",
+    "Fault",
+    "RunResult",
+    "TrainConfig",
+    "train",
+    "train_one",
+]

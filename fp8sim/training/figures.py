@@ -11,6 +11,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+__all__ = ["loss_curves", "rel_loss_error", "layer_amax", "all_figures", "STYLE"]
+
 STYLE: Any = {
     "figure.dpi": 110,
     "axes.grid": True,

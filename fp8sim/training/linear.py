@@ -22,85 +22,72 @@ Dgrad and Wgrad use :meth:`Recipe.backward` (its promotion interval).  Wgrad's o
 FP32 (FP32 weight gradients, as DeepSeek-V3 keeps them); Fprop and Dgrad give the
 recipe's output format (BF16 for the FP8 presets).
 
-Every GEMM of :mod:`fp8sim.training` goes through :func:`matmul`.  It calls
-:func:`fp8sim.gemm` with the operands quantized here.  If ``fp8sim.gemm`` cannot be imported
-or fails a one-time self-check, :func:`matmul` uses :func:`fallback_gemm` instead, and
-:func:`gemm_backend` says so: that emulation quantizes exactly the same way, but it multiplies
-the dequantized operands with one float32 BLAS GEMM (no tensor-core model, no promotion).
+Every GEMM of :mod:`fp8sim.training` goes through :func:`matmul`, which calls
+:func:`fp8sim.gemm` (the path and the default ``fidelity="exact"`` of every user) with the
+operands quantized here.
 """
 
 from __future__ import annotations
 
 import copy
-import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from ..scaling import MX, DelayedScaling, Group, PerColumn, PerRow, PerTensor, QuantizedTensor, Tile
-from ..scaling import granularity as _granularity
-from ..scaling import quantize as _quantize
+from ..gemm_core import cast_operand
+from ..metrics import quantization_counts
+from ..pipeline import along_k, gemm
+from ..recipes import recipe as get_recipe
+from ..rounding import cast
+from ..scaling import MX, DelayedScaling, PerTensor, QuantizedTensor, Tile, quantize
+from ..scaling import granularity as as_granularity
+from ._detmath import det_matmul
 
 __all__ = [
     "ROLES",
     "matmul",
+    "role_recipe",
     "quantize_operand",
     "orient",
-    "fallback_gemm",
-    "gemm_backend",
     "Linear",
+    "Param",
+    "Record",
+    "tensor_record",
     "operand_stats",
     "wide_recipe",
     "transposes_share_scales",
 ]
 
 ROLES = ("fprop", "dgrad", "wgrad")
-_FP8 = ("e4m3", "e5m2")
 
 
 # ------------------------------------------------------------------ recipes
-def _recipe(r):
-    from .. import recipes
-
-    return recipes.recipe(r)
-
-
 def wide_recipe(name: str):
     """The unquantized preset ``name`` (``"bf16"``, ``"fp32"``, ``"fp64"``)."""
-    return _recipe(name)
+    return get_recipe(name)
 
 
 # ------------------------------------------------------------------ quantization along K
-def orient(g, k_axis: int):
-    """The granularity ``g`` (a recipe's spelling for an ``(M, K)`` operand, blocks along K) for
-    a 2-D operand whose reduction dimension is axis ``k_axis`` (1: ``(M, K)``, 0: ``(K, N)``).
-
-    Tiles are transposed (``1x128`` becomes ``128x1`` for a ``(K, N)`` operand), groups and MX
-    blocks run along ``k_axis``; per-tensor, square tiles and delayed scaling are unchanged.
-    """
-    g = _granularity(g)
+def _operand(k_axis: int) -> str:
     if k_axis not in (0, 1):
         raise ValueError(f"orient: k_axis must be 0 or 1, got {k_axis!r}")
-    if k_axis == 1:
-        return g
-    if isinstance(g, Tile):
-        return Tile(g.cols, g.rows)
-    if isinstance(g, Group):  # MX and NVFP4 are Groups
-        from dataclasses import replace
+    return "x" if k_axis == 1 else "w"
 
-        return replace(g, axis=0)
-    if isinstance(g, PerRow):
-        return PerColumn()
-    if isinstance(g, PerColumn):
-        return PerRow()
-    return g
+
+def orient(g, k_axis: int):
+    """The granularity ``g`` (a recipe's spelling for an ``(M, K)`` operand, blocks along K) for
+    a 2-D operand whose reduction dimension is axis ``k_axis`` (1: ``(M, K)``, 0: ``(K, N)``):
+    :func:`fp8sim.pipeline.along_k`, the GEMM's own rule (``1x128`` becomes ``128x1`` for a
+    ``(K, N)`` operand, groups and MX blocks move to axis 0; per-tensor and delayed scaling are
+    unchanged)."""
+    return along_k(g, _operand(k_axis))
 
 
 def transposes_share_scales(g) -> bool:
     """True when quantizing ``W`` and ``W^T`` with ``g`` gives the same blocks (per tensor, square tiles):
     then Dgrad reuses Fprop's quantized weight."""
-    g = _granularity(g)
+    g = as_granularity(g)
     return isinstance(g, (PerTensor, DelayedScaling)) or (isinstance(g, Tile) and g.rows == g.cols)
 
 
@@ -112,90 +99,17 @@ def quantize_operand(a, fmt: str, g, k_axis: int, *, scale_format=None, scale_ro
         raise ValueError(f"quantize_operand: a must be 2-D, got shape {a.shape}")
     go = g if isinstance(g, DelayedScaling) else orient(g, k_axis)
     if isinstance(go, MX) or scale_format is None:
-        return _quantize(a, fmt, go, scale_rounding=scale_rounding, margin=margin)
-    return _quantize(a, fmt, go, scale_format=scale_format, scale_rounding=scale_rounding, margin=margin)
+        return quantize(a, fmt, go, scale_rounding=scale_rounding, margin=margin)
+    return quantize(a, fmt, go, scale_format=scale_format, scale_rounding=scale_rounding, margin=margin)
 
 
 def operand_stats(a: np.ndarray, q: QuantizedTensor) -> tuple[int, int]:
     """``(n_saturated, n_underflow)`` of the quantization ``q`` of ``a`` (RNE, as
-    :func:`quantize_operand` rounds), with the definitions of :mod:`fp8sim.metrics`: saturated
-    elements are those the conversion clipped (``a / scale`` rounds beyond ``fmt.max``; a block
-    amax that lands a float32 step above ``fmt.max`` because the fp32 scale was rounded is not
-    counted), infinities included; underflowed elements are nonzero, non-NaN elements that
-    became exactly zero."""
-    from ..metrics import quantization_counts
-
+    :func:`quantize_operand` rounds): :func:`fp8sim.metrics.quantization_counts`, the one
+    definition (saturated: clipped by the conversion, infinities included; underflowed: nonzero,
+    non-NaN elements that became exactly zero)."""
     c = quantization_counts(a, q, mode="rne")
     return c["n_saturated"], c["n_underflow"]
-
-
-# ------------------------------------------------------------------ the GEMM backend
-_BACKEND: dict = {}
-
-
-def fallback_gemm(a, b, recipe, *, layout: str = "kn") -> np.ndarray:
-    """FALLBACK emulation (used only when :func:`fp8sim.gemm` is unavailable): the quantized operands
-    are dequantized exactly and multiplied with one float32 BLAS GEMM (float64 for fp64 recipes);
-    the result is rounded to the recipe's output format.  Quantization is exact; accumulation is
-    NOT the tensor-core model and there is no promotion step."""
-    from ..rounding import round as _round
-
-    r = _recipe(recipe)
-
-    def val(t, fmt):
-        if isinstance(t, QuantizedTensor):
-            return t.dequantize(np.float64 if r.output_format == "fp64" else np.float32)
-        t = np.asarray(t)
-        if fmt == "fp64":
-            return t.astype(np.float64)
-        if fmt == "bf16":  # RNE once from the input's own precision (not float64 -> float32 -> bf16)
-            return _round(t, "bf16").astype(np.float32)
-        return t.astype(np.float32)
-
-    av = val(a, r.x_format)
-    bv = val(b, r.w_format)
-    if layout == "nk":
-        bv = bv.T
-    with np.errstate(all="ignore"):
-        y = av @ bv
-    if r.output_format == "fp64":
-        return y.astype(np.float64)
-    y = y.astype(np.float32)
-    return _round(y, "bf16") if r.output_format == "bf16" else y
-
-
-def _self_check():
-    """Is ``fp8sim.gemm`` importable, and does it agree with the fallback on a small product whose
-    FP8 result is exact (small integers, scales of one block)?"""
-    try:
-        from ..gemm import gemm
-    except Exception as e:  # noqa: BLE001 - any import failure means: use the fallback
-        return None, f"fp8sim.gemm not importable ({type(e).__name__}: {e})"
-    try:
-        rng = np.random.default_rng(0)
-        x = rng.integers(-4, 5, (4, 64)).astype(np.float32)
-        w = rng.integers(-4, 5, (64, 8)).astype(np.float32)
-        qx = quantize_operand(x, "e4m3", "1x128", 1)
-        qw = quantize_operand(w, "e4m3", "128x128", 0)
-        y = np.asarray(gemm(qx, qw, "deepseek-v3", fidelity="exact"))
-        y2 = np.asarray(gemm(qx, qw, "deepseek-v3", fidelity="fast"))
-        yt = np.asarray(gemm(qx, quantize_operand(w.T, "e4m3", "128x128", 1), "deepseek-v3", layout="nk"))
-        ref = fallback_gemm(qx, qw, "deepseek-v3")
-        if y.shape != (4, 8) or not (np.array_equal(y, ref) and np.array_equal(y2, ref) and np.array_equal(yt, ref)):
-            return None, "fp8sim.gemm failed its self-check (differs from the exact product)"
-    except Exception as e:  # noqa: BLE001
-        return None, f"fp8sim.gemm failed its self-check ({type(e).__name__}: {e})"
-    return gemm, "fp8sim.gemm"
-
-
-def gemm_backend() -> str:
-    """``"fp8sim.gemm"`` or ``"fallback (...)"``: which implementation :func:`matmul` uses."""
-    if "fn" not in _BACKEND:
-        fn, why = _self_check()
-        _BACKEND["fn"], _BACKEND["name"] = fn, why
-        if fn is None:
-            warnings.warn(f"fp8sim.training: using the fallback GEMM emulation: {why}", RuntimeWarning, stacklevel=2)
-    return _BACKEND["name"] if _BACKEND["fn"] is not None else "fallback (" + _BACKEND["name"] + ")"
 
 
 def _formats(r, role: str) -> tuple[str, str]:
@@ -215,7 +129,7 @@ def role_recipe(recipe, role: str):
     """The recipe a GEMM of ``role`` runs with: Fprop the recipe itself; Dgrad
     :meth:`Recipe.backward`; Wgrad :meth:`Recipe.backward` with FP32 output (FP32 weight gradients,
     except fp64 recipes)."""
-    r = _recipe(recipe)
+    r = get_recipe(recipe)
     if role not in ROLES:
         raise ValueError(f"matmul: role must be one of {ROLES}, got {role!r}")
     if role == "fprop":
@@ -237,17 +151,15 @@ def matmul(a, b, recipe, role: str, *, layout: str = "kn", fidelity: str = "exac
     recipes run them as one :func:`fp8sim.gemm` per matrix.  Wide recipes cast like
     :func:`fp8sim.gemm` (operands rounded to the recipe's format, output rounded to the output
     format); with ``fidelity="exact"`` (the default) the products are summed in float64 in a fixed
-    order (:func:`~fp8sim.training._detmath.det_matmul`) and rounded once to float32, the same bits
-    on every machine; with ``"fast"`` by float32 BLAS (:func:`fp8sim.gemm`, or one batched numpy
-    product), whose summation order depends on the machine.
+    order (:func:`~fp8sim.training._detmath.det_matmul`), the same bits on every machine; with
+    ``"fast"`` by float32 BLAS (:func:`fp8sim.gemm`, or one batched numpy product), whose summation
+    order depends on the machine.
 
     Returns float32 holding output-format values (float64 for fp64 recipes).
     """
     rr = role_recipe(recipe, role)
     if fidelity not in ("fast", "exact"):
         raise ValueError(f"matmul: fidelity must be 'fast' or 'exact', got {fidelity!r}")
-    gemm_backend()
-    fn = _BACKEND["fn"]
     if not rr.is_fp8:
         if isinstance(a, QuantizedTensor) or isinstance(b, QuantizedTensor):
             raise TypeError(f"matmul: recipe {rr.name!r} is not FP8 and takes float arrays")
@@ -256,9 +168,7 @@ def matmul(a, b, recipe, role: str, *, layout: str = "kn", fidelity: str = "exac
             return _wide_batched(a, b if layout == "kn" else np.swapaxes(b, -1, -2), rr, deterministic=True)
         if a.ndim > 2 or b.ndim > 2:
             return _wide_batched(a, b if layout == "kn" else np.swapaxes(b, -1, -2), rr)
-        if fn is None:
-            return fallback_gemm(a, b, rr, layout=layout)
-        return np.asarray(fn(a, b, rr, layout=layout, fidelity=fidelity))
+        return np.asarray(gemm(a, b, rr, layout=layout, fidelity=fidelity))
     if not isinstance(a, QuantizedTensor) and np.ndim(a) > 2:
         # batched FP8 GEMM (e.g. attention put in FP8): one fp8sim.gemm per matrix
         a = np.asarray(a)
@@ -271,7 +181,7 @@ def matmul(a, b, recipe, role: str, *, layout: str = "kn", fidelity: str = "exac
             for i in np.ndindex(*lead)
         ]
         return np.stack(out).reshape(lead + out[0].shape)
-    r0 = _recipe(recipe)
+    r0 = get_recipe(recipe)
     fa, fb = _formats(r0, role)
     ga, gb = _granularities(r0, role)
     if not isinstance(a, QuantizedTensor):
@@ -288,34 +198,22 @@ def matmul(a, b, recipe, role: str, *, layout: str = "kn", fidelity: str = "exac
             scale_rounding=rr.scale_rounding,
             margin=rr.margin,
         )
-    if fn is None:
-        return fallback_gemm(a, b, rr, layout=layout)
-    return np.asarray(fn(a, b, rr, layout=layout, fidelity=fidelity))
+    return np.asarray(gemm(a, b, rr, layout=layout, fidelity=fidelity))
 
 
 def _wide_batched(a, b, r, deterministic: bool = False):
-    """A wide-recipe GEMM (batched over leading dimensions): operands rounded to the recipe's
-    formats, products summed by numpy's BLAS (float32; machine-dependent order) or, with
-    ``deterministic``, by :func:`~fp8sim.training._detmath.det_matmul` (float64 sums in a fixed
-    order, rounded once to float32: the same bits on every machine), output rounded to the output
-    format."""
-    from ..rounding import round as _round
-    from ._detmath import det_matmul
-
-    def cast(t, fmt):
-        if fmt == "fp64":
-            return t.astype(np.float64)
-        if fmt == "bf16":  # RNE once from the input's own precision (not float64 -> float32 -> bf16)
-            return _round(t, "bf16").astype(np.float32)
-        return t.astype(np.float32)
-
+    """A wide-recipe GEMM (batched over leading dimensions): operands cast to the recipe's formats
+    as :func:`fp8sim.gemm` casts them (:func:`~fp8sim.gemm_core.cast_operand`), products summed by
+    numpy's BLAS (float32; machine-dependent order) or, with ``deterministic``, by
+    :func:`~fp8sim.training._detmath.det_matmul` (float64 sums in a fixed order: the same bits on
+    every machine), the float32 result rounded to the output format (:func:`fp8sim.rounding.cast`)."""
     with np.errstate(all="ignore"):
-        ca, cb = cast(a, r.x_format), cast(b, r.w_format)
+        ca, cb = cast_operand(a, r.x_format), cast_operand(b, r.w_format)
         y = det_matmul(ca, cb) if deterministic else np.matmul(ca, cb)
     if r.output_format == "fp64" or r.x_format == "fp64":
         return y.astype(np.float64)
     y = y.astype(np.float32)
-    return _round(y, "bf16") if r.output_format == "bf16" else y
+    return cast(y, "bf16") if r.output_format == "bf16" else y
 
 
 # ------------------------------------------------------------------ the layer
@@ -346,6 +244,8 @@ class Record:
 
 
 def tensor_record(x: np.ndarray, q: QuantizedTensor | None = None) -> Record:
+    """amax, RMS and size of ``x``; with its quantization ``q`` also the saturation and underflow
+    counts (:func:`operand_stats`)."""
     xf = np.asarray(x)
     with np.errstate(all="ignore"):
         amax = float(np.max(np.abs(xf))) if xf.size else 0.0
@@ -383,14 +283,14 @@ class Linear:
 
     def _g(self, g, key):
         """Granularity objects with state (delayed scaling) get one copy per operand of this layer."""
-        g = _granularity(g)
+        g = as_granularity(g)
         if isinstance(g, DelayedScaling):
             if key not in self._delayed:
                 self._delayed[key] = copy.deepcopy(g)
             return self._delayed[key]
         return g
 
-    def _q(self, a, fmt, g, key, k_axis, r, ctx, record_as=None):
+    def _q(self, a, fmt, g, key, k_axis, r, ctx):
         q = quantize_operand(
             a,
             fmt,
@@ -401,11 +301,11 @@ class Linear:
             margin=r.margin,
         )
         rec = tensor_record(a, q)
-        ctx.record(f"{self.name}:{record_as or key}", rec, counted=True)
+        ctx.record(f"{self.name}:{key}", rec)
         return q
 
     def forward(self, x: np.ndarray, ctx) -> np.ndarray:
-        r = _recipe(ctx.recipe_for(self.part))
+        r = get_recipe(ctx.recipe_for(self.part))
         x = ctx.perturb(self.name, x)
         W = self.weight.value
         if r.is_fp8:

@@ -19,12 +19,12 @@ those roundings as the identity (straight-through), as autograd does.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from ..rounding import round as _round
+from ..rounding import cast
 from ._detmath import det_exp, det_log, det_tanh
 from .linear import Linear, Param, Record, matmul, wide_recipe
 
@@ -113,7 +113,8 @@ class Context:
     def recipe_for(self, part: str):
         return self.precision.recipe_for(part)
 
-    def record(self, name: str, rec: Record, counted: bool = False) -> None:
+    def record(self, name: str, rec: Record) -> None:
+        """Keep this step's statistics ``rec`` of the tensor ``name``."""
         self.records[name] = rec
 
     def perturb(self, name: str, x: np.ndarray) -> np.ndarray:
@@ -124,7 +125,7 @@ class Context:
         """Round to the activation storage format (BF16) and the compute dtype."""
         x = np.asarray(x, dtype=self.dtype)
         if self.precision.activation_format == "bf16":
-            return _round(x, "bf16")
+            return cast(x, "bf16")
         return x
 
     def reset(self) -> None:
@@ -419,12 +420,6 @@ class TransformerLM:
             ps += b.params()
         return ps + self.norm_f.params() + self.head.params()
 
-    def linears(self) -> list[Linear]:
-        out = []
-        for b in self.blocks:
-            out += [b.attn.qkv, b.attn.out, b.mlp.up, b.mlp.down]
-        return out + [self.head]
-
     def zero_grad(self):
         for p in self.params():
             p.grad[...] = 0
@@ -469,8 +464,3 @@ class TransformerLM:
     def load_state(self, state: dict) -> None:
         for p in self.params():
             p.value[...] = state[p.name]
-
-
-def with_parts(precision: Precision, **changes) -> Precision:
-    """A copy of ``precision`` with fields changed."""
-    return replace(precision, **changes)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..rounding import round as _round
+from ..rounding import cast
 
 __all__ = ["AdamW", "lr_schedule"]
 
@@ -41,7 +41,7 @@ class AdamW:
 
     def _store(self, a: np.ndarray, like: np.ndarray) -> np.ndarray:
         if self.moment_format == "bf16":
-            return _round(a.astype(np.float32), "bf16").astype(like.dtype)
+            return cast(a.astype(np.float32), "bf16").astype(like.dtype)
         if self.moment_format == "fp32":
             return a.astype(np.float32).astype(like.dtype)
         return a.astype(like.dtype)

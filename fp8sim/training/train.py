@@ -23,7 +23,6 @@ from .._json import dumps as _strict_json
 from .._json import json_default
 from .data import Batches, corpus
 from .instruments import DriftMonitor, DynamicClipper, ElasticRestart, global_norm
-from .linear import gemm_backend
 from .model import FP8_PARTS, Context, ModelConfig, TransformerLM, precision_for
 from .optim import AdamW, lr_schedule
 
@@ -364,7 +363,6 @@ def train(
     if len(set(names)) != len(names):
         raise ValueError(f"train: duplicate recipes in {names}")
     os.makedirs(out_dir, exist_ok=True)
-    backend = gemm_backend()
     bar = None
     if progress:
         from tqdm.auto import tqdm
@@ -389,7 +387,6 @@ def train(
         "steps": steps,
         "seed": seed,
         "fidelity": fidelity,
-        "gemm_backend": backend,
         "threads": cfg.threads,
         "reference": "bf16" if ref is not None else None,
         "deepseek_v3_rel_loss_error_claim": DEEPSEEK_V3_REL_LOSS_ERROR,

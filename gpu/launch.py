@@ -50,7 +50,7 @@ def available() -> bool:
 
 def _require():
     if cp is None:
-        raise RuntimeError("gpu.kernels needs CuPy (pip install cupy-cuda12x or cupy-cuda13x) and an NVIDIA GPU")
+        raise RuntimeError("gpu.launch needs CuPy (pip install cupy-cuda12x or cupy-cuda13x) and an NVIDIA GPU")
 
 
 KDIR = os.path.join(HERE, "kernels")
@@ -82,7 +82,7 @@ def load_module(src: str, name: str):
     try:
         path = build_cubin(src, name)
     except Exception as e:  # pragma: no cover
-        print(f"[gpu.kernels] nvcc build of {os.path.basename(src)} failed ({e}); trying NVRTC")
+        print(f"[gpu.launch] nvcc build of {os.path.basename(src)} failed ({e}); trying NVRTC")
     if path:
         return cp.RawModule(path=path)
     with open(src) as f:

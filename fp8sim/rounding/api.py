@@ -2,7 +2,7 @@
 
 ``round(x, fmt, mode)`` returns values of ``fmt`` in ``x``'s float dtype;
 ``encode`` returns their bit patterns; ``decode`` turns codes back into
-values.  All three run one numba mechanism (:mod:`fp8sim._kernels`) that is
+values.  All three run one numba mechanism (:mod:`fp8sim.rounding.kernels`) that is
 parameterized by the format and the mode.
 
 Rounding modes
@@ -39,111 +39,39 @@ from __future__ import annotations
 from contextlib import contextmanager
 from functools import cache, lru_cache
 
+import ml_dtypes
 import numba
 import numpy as np
 
-from . import _kernels as K
-from ._inputs import flag, float_input
-from .formats import Format, NanStyle
-from .formats import format as _lookup
+from .._inputs import flag, float_input
+from ..formats import Format, NanStyle
+from ..formats import format as _lookup
+from . import kernels as K
+from .modes import MODES, check_sr_bits, round_mode, sr_key
+from .params import FormatParams, float32_kernel_ok, format_params
 
-__all__ = ["MODES", "round", "encode", "decode", "decode_table", "sr_random_bits"]
-
-MODES = {"rne": K.RNE, "rna": K.RNA, "rtz": K.RTZ, "rup": K.RUP, "rdn": K.RDN, "rto": K.RTO, "sr": K.SR}
-_MODE_ALIASES = {
-    "nearest": "rne",
-    "rn": "rne",
-    "even": "rne",
-    "tiestoeven": "rne",
-    "away": "rna",
-    "tiestoaway": "rna",
-    "zero": "rtz",
-    "rz": "rtz",
-    "towardzero": "rtz",
-    "truncate": "rtz",
-    "up": "rup",
-    "ru": "rup",
-    "ceil": "rup",
-    "towardpositive": "rup",
-    "down": "rdn",
-    "rd": "rdn",
-    "floor": "rdn",
-    "towardnegative": "rdn",
-    "odd": "rto",
-    "stochastic": "sr",
-}
+__all__ = [
+    "round",
+    "encode",
+    "decode",
+    "decode_table",
+    "sr_random_bits",
+    "cast",
+    "memo_table",
+    "run_kernel",
+    "serial_if_small",
+    "SMALL",
+    "MODES",
+]
 
 
-def _mode(mode: str) -> int:
-    if not isinstance(mode, str):
-        raise TypeError(f"mode must be a string, one of {', '.join(MODES)}; got {type(mode).__name__}")
-    key = mode.strip().lower()
-    key = _MODE_ALIASES.get(key, key)
-    if key not in MODES:
-        from ._names import unknown_name_error
-
-        raise unknown_name_error(
-            "rounding mode", mode, list(MODES), candidates=[*MODES, *_MODE_ALIASES], plural="modes"
-        )
-    return MODES[key]
+def _mode(mode) -> int:
+    return int(round_mode(mode))
 
 
 def _float_array(x, func: str) -> np.ndarray:
     # float32/float64 as they are, float16/bfloat16 exactly to float32, anything else: TypeError
     return float_input(x, f"fp8sim.{func}")[0]
-
-
-def _sr_key(seed) -> np.uint64:
-    if seed is None:
-        raise ValueError(
-            "stochastic rounding needs a source of randomness: pass seed=<int> or seed=<numpy.random.Generator>"
-        )
-    if isinstance(seed, np.random.Generator):
-        return np.uint64(seed.integers(0, 2**63, dtype=np.int64)) * np.uint64(2) + np.uint64(1)
-    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
-        raise TypeError(f"seed must be an int or a numpy.random.Generator, got {type(seed).__name__}")
-    return np.uint64(int(seed) & 0xFFFFFFFFFFFFFFFF)
-
-
-def _sr_bits(sr_bits) -> int:
-    if sr_bits is None:
-        return 52
-    if isinstance(sr_bits, (bool, np.bool_)) or not isinstance(sr_bits, (int, np.integer)):
-        raise TypeError(f"sr_bits must be an int in 1..52 or None, got {type(sr_bits).__name__}")
-    if not 1 <= sr_bits <= 52:
-        raise ValueError(f"sr_bits must be in 1..52, got {sr_bits}")
-    return int(sr_bits)
-
-
-def _params(fmt: Format, mode: int, saturate: bool, flush: bool, sr_bits: int) -> tuple:
-    no_special = fmt.nan is NanStyle.NONE
-    return mode, (
-        np.int64(fmt.mbits),
-        np.int64(fmt.emin),
-        np.int64(fmt.emax),
-        np.int64(fmt.max_code_mag),
-        np.float64(fmt.max),
-        np.int64(fmt.sign_mask),
-        bool(fmt.signed),
-        bool(fmt.has_negative_zero),
-        bool(fmt.subnormals),
-        np.int64(-1 if fmt.inf_code is None else fmt.inf_code),
-        np.int64(-1 if fmt.nan_code is None else fmt.nan_code),
-        np.int64(1 if (saturate or no_special) else 0),
-        bool(flush),
-        np.int64(sr_bits),
-    )
-
-
-def float32_kernel_ok(fmt: Format) -> bool:
-    """Whether the float32 instantiation of the kernel can round to ``fmt``.
-
-    It needs the format inside float32 (precision and range) and
-    ``emin >= -126``: below that, float32 subnormal inputs would be placed
-    in the wrong binade (E8M0 reaches 2**-127).  Other formats go through
-    the float64 kernel after an exact upcast.
-    """
-    return fmt.fits_float32 and fmt.emin >= -126
 
 
 def _prepare(x, fmt, mode, saturate, flush_subnormals, seed, sr_bits, func):
@@ -152,12 +80,12 @@ def _prepare(x, fmt, mode, saturate, flush_subnormals, seed, sr_bits, func):
     fmt = _lookup(fmt)
     m = _mode(mode)
     arr = _float_array(x, func)
-    key = _sr_key(seed) if m == K.SR else np.uint64(0)
-    srb = _sr_bits(sr_bits)
+    key = sr_key(seed) if m == K.SR else np.uint64(0)
+    srb = check_sr_bits(sr_bits)
     flat = np.ascontiguousarray(arr).reshape(-1)
     if flat.dtype == np.float32 and not float32_kernel_ok(fmt):
         flat = flat.astype(np.float64)  # exact; the float64 kernel handles the wider formats
-    return fmt, arr, flat, _params(fmt, m, bool(saturate), bool(flush_subnormals), srb), key
+    return fmt, arr, flat, (m, format_params(fmt, bool(saturate), bool(flush_subnormals), srb)), key
 
 
 def _no_negatives_without_nan(fmt: Format, flat: np.ndarray, func: str) -> None:
@@ -198,7 +126,8 @@ def _memo_ok(fmt: Format, mode: int, flat: np.ndarray) -> bool:
 SPECIALIZE_MIN = 1 << 20
 
 
-def _round_kernel(flat: np.ndarray, out: np.ndarray, mode: int, params: tuple, key) -> None:
+def run_kernel(flat: np.ndarray, out: np.ndarray, mode: int, params: FormatParams, key) -> None:
+    """Round contiguous float32/float64 ``flat`` into ``out`` (values or codes, by ``out``'s dtype)."""
     if flat.size >= SPECIALIZE_MIN:
         K.KERNELS[mode](flat, out, params, key)
     else:
@@ -206,12 +135,13 @@ def _round_kernel(flat: np.ndarray, out: np.ndarray, mode: int, params: tuple, k
 
 
 @lru_cache(maxsize=256)
-def _memo_table(fmt: Format, mode: int, params: tuple, want_code: bool) -> np.ndarray:
-    """round_one on the 2 * 65536 representatives (key << 16 | sticky), see _kernels.lookup16."""
+def memo_table(fmt: Format, mode: int, params: FormatParams, want_code: bool) -> np.ndarray:
+    """round_one on the 2 * 65536 float32 representatives (key << 16 | sticky), see kernels.lookup16:
+    the results (codes or values) of every float32 input of a format with <= 6 mantissa bits."""
     keys = np.arange(1 << 16, dtype=np.uint32) << np.uint32(16)
     reps = np.stack([keys, keys | np.uint32(1)]).reshape(-1).view(np.float32)
     out = np.empty(reps.shape, _kernel_dtype(fmt, reps, want_code))
-    _round_kernel(reps, out, mode, params, np.uint64(0))
+    run_kernel(reps, out, mode, params, np.uint64(0))
     table = out.reshape(2, 1 << 16)
     table.setflags(write=False)
     return table
@@ -233,9 +163,9 @@ def _run(flat, fmt, m, params, key, want_code, dtype):
     if flat.size:
         with serial_if_small(flat.size):
             if _memo_ok(fmt, m, flat):
-                K.lookup16(flat.view(np.uint32), _memo_table(fmt, m, params, want_code), out)
+                K.lookup16(flat.view(np.uint32), memo_table(fmt, m, params, want_code), out)
             else:
-                _round_kernel(flat, out, m, params, key)
+                run_kernel(flat, out, m, params, key)
     return out.astype(dtype, copy=False)
 
 
@@ -381,10 +311,39 @@ def sr_random_bits(seed, n: int) -> np.ndarray:
     fractional distance and ``b = sr_bits``.  Exposed so that the rule can
     be checked against independent implementations.
     """
-    key = _sr_key(seed)
+    key = sr_key(seed)
     i = np.arange(n, dtype=np.uint64)
     with np.errstate(over="ignore"):
-        z = key + (i + np.uint64(1)) * K._GOLDEN
-        z = (z ^ (z >> np.uint64(30))) * K._M1
-        z = (z ^ (z >> np.uint64(27))) * K._M2
+        z = key + (i + np.uint64(1)) * K.GOLDEN
+        z = (z ^ (z >> np.uint64(30))) * K.MIX1
+        z = (z ^ (z >> np.uint64(27))) * K.MIX2
     return z ^ (z >> np.uint64(31))
+
+
+def cast(x, fmt, *, canonical_nan: bool = False) -> np.ndarray:
+    """``x`` rounded once, to nearest even, to a wide format (bf16, fp16, tf32, fp32, ...), in ``x``'s
+    float dtype: the one output/operand cast of the GEMM pipeline and the training emulation.
+
+    ``canonical_nan=True`` writes every NaN as the positive quiet NaN with all significand bits set
+    that the hardware's conversions produce (``cvt.rn.bf16.f32``: 0x7FFF; fp32: 0x7FFFFFFF), placed in
+    ``x``'s dtype; otherwise NaN keeps its sign, as :func:`round` does.
+    """
+    fmt = _lookup(fmt)
+    arr = np.asarray(x)
+    if canonical_nan and arr.dtype == np.float32 and fmt.name in ("fp32", "bf16"):
+        # the same values, faster: float32 is its own format, and ml_dtypes' float32 -> bfloat16 cast
+        # is the single RNE rounding (checked on all 2**32 inputs; NaN is overwritten below)
+        with np.errstate(all="ignore"):
+            y = arr.copy() if fmt.name == "fp32" else arr.astype(ml_dtypes.bfloat16).astype(np.float32)
+    else:
+        y = round(arr, fmt)
+    if canonical_nan and y.size:
+        nan = np.isnan(y)
+        if nan.any():
+            if y.dtype == np.float32:
+                pattern = np.uint32(0x7FFFFFFF & ~((1 << (23 - fmt.mbits)) - 1))
+                y.view(np.uint32)[nan] = pattern
+            else:
+                pattern64 = np.uint64(0x7FFFFFFFFFFFFFFF & ~((1 << (52 - fmt.mbits)) - 1))
+                y.view(np.uint64)[nan] = pattern64
+    return y

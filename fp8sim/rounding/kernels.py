@@ -1,4 +1,4 @@
-"""Numba kernels behind :mod:`fp8sim.rounding`.
+"""Numba kernels behind :mod:`fp8sim.rounding`: the one rounding mechanism.
 
 One scalar routine, :func:`round_one`, rounds a float to any
 :class:`~fp8sim.formats.Format` in any mode and returns both the rounded
@@ -34,17 +34,40 @@ from numba import njit, prange, types
 from numba.core.errors import NumbaIRAssumptionWarning
 from numba.extending import overload
 
+from .modes import RoundMode
+
+__all__ = [
+    "round_one",
+    "random_bits",
+    "KERNELS",
+    "any_mode",
+    "lookup16",
+    "decode_kernel",
+    "RNE",
+    "RNA",
+    "RTZ",
+    "RUP",
+    "RDN",
+    "RTO",
+    "SR",
+    "GOLDEN",
+    "MIX1",
+    "MIX2",
+]
+
 # numba's pedantic SSA check flags the inlined round_one's branch variables
 # ("variable ... is not in scope") at compile time; the generated code is
 # unaffected (every path is verified bit for bit by the test suite).
 warnings.filterwarnings("ignore", category=NumbaIRAssumptionWarning)
 
-# mode numbers (the public names live in rounding.py)
-RNE, RNA, RTZ, RUP, RDN, RTO, SR = 0, 1, 2, 3, 4, 5, 6
 
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_M1 = np.uint64(0xBF58476D1CE4E5B9)
-_M2 = np.uint64(0x94D049BB133111EB)
+# the mode numbers as plain ints (compile-time constants of the kernels)
+RNE, RNA, RTZ, RUP, RDN, RTO, SR = (int(m) for m in RoundMode)
+
+# SplitMix64 constants of the counter-based random bits of stochastic rounding
+GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+MIX2 = np.uint64(0x94D049BB133111EB)
 
 
 @njit(inline="always")
@@ -54,9 +77,9 @@ def random_bits(key, i):
     Counter-based, so the bits of element i depend only on (key, i), never
     on how the array is split across threads.
     """
-    z = key + (np.uint64(i) + np.uint64(1)) * _GOLDEN
-    z = (z ^ (z >> np.uint64(30))) * _M1
-    z = (z ^ (z >> np.uint64(27))) * _M2
+    z = key + (np.uint64(i) + np.uint64(1)) * GOLDEN
+    z = (z ^ (z >> np.uint64(30))) * MIX1
+    z = (z ^ (z >> np.uint64(27))) * MIX2
     return z ^ (z >> np.uint64(31))
 
 
@@ -237,7 +260,7 @@ def round_one(
     SR only).  ``inf_code``/``nan_code`` are -1 when the format lacks them;
     ``saturate_overflow`` is 1 for saturating conversion and for formats
     with neither inf nor NaN.  The parameters after ``mode`` are
-    ``fp8sim.rounding._params(...)[1]``.  Float32 ``x`` requires
+    the fields of a :class:`~fp8sim.rounding.params.FormatParams`.  Float32 ``x`` requires
     ``fp8sim.rounding.float32_kernel_ok(fmt)``; pass float64 otherwise.
     """
     raise NotImplementedError("round_one runs inside numba-compiled code only")

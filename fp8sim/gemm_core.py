@@ -1,0 +1,232 @@
+"""The arithmetic of the GEMM pipeline after quantization.
+
+* :func:`scaled_matmul`: FP8 codes and their scales per K block in, fp32 out: the tensor-core
+  partial of every promotion interval (an accumulator model of :mod:`fp8sim.tensorcore`), scaled
+  and promoted into an fp32 accumulator (:func:`promote`), or scaled once in the epilogue;
+* :func:`cast_output`: the fp32 accumulator to the recipe's output format (RNE, the hardware's
+  canonical NaN);
+* :func:`wide_matmul`: the unquantized recipes (bf16, fp32, fp64 operands, :func:`cast_operand`).
+
+:func:`fp8sim.gemm` (:mod:`fp8sim.pipeline`) and its error decomposition (:mod:`fp8sim.gemm_report`)
+are built from these.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .formats import format as get_format
+from .intrinsics import fma32_array
+from .recipes import SCALE_ATS, Recipe, is_int
+from .rounding import cast
+from .scaling import QuantizedTensor
+from .tensorcore import get_model
+from .tensorcore import matmul as tc_matmul
+from .tensorcore.cuda import cupy_wgmma_gemm
+from .tensorcore.fast import SCALE_EPILOGUE, SCALE_FMA, SCALE_MUL_ADD, code_tables, fast_kernel_ok, wgmma_gemm
+
+__all__ = ["scaled_matmul", "promote", "cast_output", "cast_operand", "wide_matmul", "SCALE_MODES"]
+
+#: ``scale_application`` name -> the kernels' mode constant
+SCALE_MODES = {"fma": SCALE_FMA, "mul-add": SCALE_MUL_ADD}
+
+
+def _fma32(a, b, c):
+    a, b, c = np.broadcast_arrays(np.asarray(a, np.float32), np.asarray(b, np.float32), np.asarray(c, np.float32))
+    out = np.empty(a.shape, np.float32)
+    fma32_array(
+        np.ascontiguousarray(a).ravel(),
+        np.ascontiguousarray(b).ravel(),
+        np.ascontiguousarray(c).ravel(),
+        out.reshape(-1),
+    )
+    return out
+
+
+def promote(tot, part, s, mode):
+    """One promotion step in fp32 (arrays): ``fma(s, part, tot)`` (``SCALE_FMA``),
+    ``tot + fp32(s * part)`` (``SCALE_MUL_ADD``) or ``tot + part`` (``SCALE_EPILOGUE``)."""
+    if mode == SCALE_FMA:
+        return _fma32(s, part, tot)
+    if mode == SCALE_MUL_ADD:
+        return (tot + (s * part).astype(np.float32)).astype(np.float32)
+    return (tot + part).astype(np.float32)
+
+
+def _keep_bits(model) -> int:
+    """The int32 mask that truncates an fp32 pattern to the model's output fraction bits."""
+    return int(np.uint32((0xFFFFFFFF << (23 - model.out_frac_bits)) & 0xFFFFFFFF).view(np.int32))
+
+
+def _check(a_codes, b_codes, sa, sb, fa, fb, kscale, promote_every, scale_at, scale_application, fidelity, backend):
+    """The checks of :func:`scaled_matmul`; returns ``(P, mode)``."""
+    for name, c, f in (("a", a_codes, fa), ("b", b_codes, fb)):
+        if c.dtype != np.uint8 or c.ndim != 2:
+            raise TypeError(f"scaled_matmul: {name}_codes must be a 2-D uint8 array, got {c.dtype} of shape {c.shape}")
+        if f.bits != 8:
+            raise ValueError(f"scaled_matmul: {name}_format must be an 8-bit format, got {f.name} ({f.bits} bits)")
+    M, Kp = a_codes.shape
+    N = b_codes.shape[1]
+    if b_codes.shape[0] != Kp:
+        raise ValueError(f"scaled_matmul: inner dimensions differ: a_codes {a_codes.shape}, b_codes {b_codes.shape}")
+    if scale_at not in SCALE_ATS:
+        raise ValueError(f"scaled_matmul: scale_at must be 'promotion' or 'epilogue', got {scale_at!r}")
+    if scale_application not in SCALE_MODES:
+        raise ValueError(
+            f"scaled_matmul: scale_application must be one of {list(SCALE_MODES)}, got {scale_application!r}"
+        )
+    if fidelity not in ("exact", "fast") or backend not in ("cpu", "cupy"):
+        raise ValueError(
+            f"scaled_matmul: fidelity must be 'exact' or 'fast' and backend 'cpu' or 'cupy', "
+            f"got {fidelity!r}, {backend!r}"
+        )
+    if not (is_int(kscale) and kscale > 0):
+        raise ValueError(f"scaled_matmul: kscale must be a positive int, got {kscale!r}")
+    nks = -(-Kp // int(kscale)) if scale_at == "promotion" else 1
+    if sa.ndim != 2 or sb.ndim != 2 or sa.shape[0] != M or sb.shape[1] != N or sa.shape[1] != sb.shape[0]:
+        raise ValueError(f"scaled_matmul: sa {sa.shape} and sb {sb.shape} do not fit ({M}, nks) and (nks, {N})")
+    if sa.shape[1] < nks:
+        raise ValueError(
+            f"scaled_matmul: K = {Kp} in blocks of kscale = {kscale} needs {nks} scales per row, sa has {sa.shape[1]}"
+        )
+    P = 0 if promote_every is None else int(promote_every)
+    if scale_at == "promotion":
+        if P == 0 or kscale % P:
+            raise ValueError(
+                f"scales applied at promotion need promote_every dividing the K scale block "
+                f"({kscale}), got {promote_every}"
+            )
+        return P, SCALE_MODES[scale_application]
+    if sa.shape[1] != 1 or sb.shape[0] != 1:
+        raise ValueError("scale_at='epilogue' needs one scale per row/column over all of K")
+    return P, SCALE_EPILOGUE
+
+
+def scaled_matmul(
+    a_codes,
+    b_codes,
+    sa,
+    sb,
+    *,
+    a_format,
+    b_format,
+    kscale,
+    accumulator="wgmma",
+    promote_every=128,
+    scale_at="promotion",
+    scale_application="fma",
+    fidelity="exact",
+    backend="cpu",
+):
+    """The FP8 core of :func:`fp8sim.gemm` on codes: ``a_codes (M, Kp)``, ``b_codes (Kp, N)`` uint8 (Kp a
+    multiple of 32, already padded), ``sa (M, nks)``, ``sb (nks, N)`` float32 scales per K block of
+    ``kscale`` elements (``nks == 1`` for ``scale_at="epilogue"``).  Returns the fp32 result."""
+    fa, fb = get_format(a_format), get_format(b_format)
+    a_codes, b_codes, sa, sb = np.asarray(a_codes), np.asarray(b_codes), np.asarray(sa), np.asarray(sb)
+    P, mode = _check(
+        a_codes, b_codes, sa, sb, fa, fb, kscale, promote_every, scale_at, scale_application, fidelity, backend
+    )
+    M, Kp = a_codes.shape
+    N = b_codes.shape[1]
+    sa = np.ascontiguousarray(sa, np.float32)
+    sb = np.ascontiguousarray(sb, np.float32)
+    model = None if accumulator == "fp64" else get_model(accumulator)
+    if backend == "cupy":
+        if not (fidelity == "exact" and model is not None and fast_kernel_ok(model)):
+            raise NotImplementedError(
+                "backend='cupy' implements the fused wgmma-type accumulator models "
+                f"(fidelity='exact') only, not {accumulator!r} / {fidelity!r}"
+            )
+        return cupy_wgmma_gemm(
+            a_codes, b_codes, fa, fb, sa, sb, int(kscale), P, mode, int(model.frac_bits), _keep_bits(model)
+        )
+    if fidelity == "exact" and model is not None and fast_kernel_ok(model):
+        va, ea, spa = code_tables(fa)
+        vb, eb, spb = code_tables(fb)
+        bspec = spb[b_codes].any(axis=1)
+        askip = np.ascontiguousarray((va[a_codes] == 0) & ~np.isnan(va[a_codes]) & ~bspec[None, :])
+        out = np.empty((M, N), np.float32)
+        keep = np.int32(_keep_bits(model))
+        with np.errstate(all="ignore"):
+            wgmma_gemm(
+                va[a_codes],
+                ea[a_codes],
+                vb[b_codes],
+                eb[b_codes],
+                sa,
+                sb,
+                int(kscale),
+                P,
+                mode,
+                int(model.frac_bits),
+                keep,
+                askip,
+                out,
+            )
+        return out
+    # general path: one partial per promotion interval, combined in fp32 here
+    Av = code_tables(fa)[0][a_codes]
+    Bv = code_tables(fb)[0][b_codes]
+    step = P if P else Kp
+    tot = np.zeros((M, N), np.float32)
+    for k0 in range(0, Kp, step):
+        k1 = min(Kp, k0 + step)
+        if fidelity == "fast":
+            with np.errstate(all="ignore"):
+                part = (Av[:, k0:k1] @ Bv[k0:k1]).astype(np.float32)
+        elif model is None:
+            with np.errstate(all="ignore"):
+                part = (Av[:, k0:k1].astype(np.float64) @ Bv[k0:k1].astype(np.float64)).astype(np.float32)
+        else:
+            part = tc_matmul(a_codes[:, k0:k1], b_codes[k0:k1], a_format=fa, b_format=fb, instruction=model)
+        if not P:
+            tot = part
+            break
+        kb = k0 // kscale if mode != SCALE_EPILOGUE else 0
+        s = (sa[:, kb : kb + 1] * sb[kb : kb + 1, :]).astype(np.float32)
+        with np.errstate(all="ignore"):
+            tot = promote(tot, part, s, mode)
+    if mode == SCALE_EPILOGUE:
+        with np.errstate(all="ignore"):
+            tot = ((sa[:, :1] * sb[:1, :]).astype(np.float32) * tot).astype(np.float32)
+    return tot
+
+
+def cast_output(y: np.ndarray, out_fmt: str) -> np.ndarray:
+    """The accumulator ``y`` in the output format ``out_fmt``: ``"fp64"`` as float64; ``"bf16"``
+    and ``"fp32"`` rounded once (RNE) into float32 storage, NaN as the hardware's canonical quiet
+    NaN (``cvt.rn.bf16.f32``: 0x7FFF, fp32: 0x7FFFFFFF)."""
+    if out_fmt == "fp64":
+        return y.astype(np.float64)
+    y = y.astype(np.float32)
+    with np.errstate(all="ignore"):
+        return cast(y, out_fmt, canonical_nan=True)
+
+
+def cast_operand(a, fmt) -> np.ndarray:
+    """An operand of an unquantized recipe in its format ``fmt`` (``"bf16"``, ``"fp32"``,
+    ``"fp64"``): float64 for fp64, else float32 storage; bf16 rounded once (RNE) from the input's
+    own precision (not float64 -> float32 -> bf16)."""
+    a = np.asarray(a)
+    if fmt == "fp64":
+        return a.astype(np.float64)
+    if fmt == "bf16":
+        return cast(a, "bf16").astype(np.float32)
+    return a.astype(np.float32)
+
+
+def wide_matmul(x, w, r: Recipe) -> np.ndarray:
+    """The GEMM of an unquantized recipe (``r.is_fp8`` False): operands cast by :func:`cast_operand`,
+    products summed by numpy (float32 BLAS; float64 for fp64), output cast as :func:`cast_output`."""
+    if isinstance(x, QuantizedTensor) or isinstance(w, QuantizedTensor):
+        raise TypeError(f"recipe {r.name!r} takes float arrays, not QuantizedTensors")
+    xa, wa = cast_operand(x, r.x_format), cast_operand(w, r.w_format)
+    y: np.ndarray
+    with np.errstate(all="ignore"):
+        if r.accumulator == "fp64" or r.x_format == "fp64":
+            y = xa.astype(np.float64) @ wa.astype(np.float64)
+            if r.output_format == "bf16":  # round the float64 result once, not via float32
+                y = cast(y, "bf16")
+        else:
+            y = xa.astype(np.float32) @ wa.astype(np.float32)
+    return cast_output(y, r.output_format)

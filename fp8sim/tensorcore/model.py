@@ -1,0 +1,246 @@
+"""The accumulator model: one tensor-core accumulation datapath as a frozen dataclass of parameters.
+
+:class:`AccumulatorModel` holds the parameters by name (checked, as a user writes them);
+:func:`model_params` turns a model into :class:`ModelParams`, the plain numbers the bit-level
+kernels read.  The kinds of datapath (:data:`KINDS`) are the one place where a model chooses its
+arithmetic kernel (see :mod:`fp8sim.tensorcore.registry` for adding one).
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import asdict, dataclass, field
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from .._names import unknown_name_error
+from ..rounding import RoundMode, round_mode
+
+__all__ = [
+    "AccumulatorModel",
+    "ModelParams",
+    "model_params",
+    "instruction_order",
+    "K_INSTR",
+    "KINDS",
+    "FUSED",
+    "EXACT",
+    "FP32",
+    "OUTPUTS",
+    "ALIGN_ROUNDINGS",
+    "OUT_ROUNDINGS",
+]
+
+K_INSTR = 32  # products per FP8 MMA instruction (m*n*k32 shapes)
+
+#: kind name -> the kernels' kind number (the arithmetic of one instruction)
+KINDS = {"fused": 0, "exact": 1, "fp32": 2}
+FUSED, EXACT, FP32 = KINDS["fused"], KINDS["exact"], KINDS["fp32"]
+
+#: output format -> (fraction bits, emin, emax)
+OUTPUTS = {"f32": (23, -126, 127), "f16": (10, -14, 15)}
+
+#: the rounding modes of the aligned addends and of the output (any name or alias of them is accepted)
+ALIGN_ROUNDINGS = (RoundMode.RTZ, RoundMode.RDN)
+OUT_ROUNDINGS = (RoundMode.RTZ, RoundMode.RNE, RoundMode.RDN, RoundMode.RUP)
+
+# the spelling a model stores (PTX's names, as the presets always printed them)
+_SPELLING = {RoundMode.RTZ: "rz", RoundMode.RNE: "rne", RoundMode.RDN: "rd", RoundMode.RUP: "ru"}
+
+
+def _int_field(key: str, value: Any) -> int:
+    """``value`` as a Python int; floats (even integral ones), bools and strings are refused."""
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{key} must be an integer, got the bool {value!r}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{key} must be an integer, got {value!r} ({type(value).__name__})") from None
+
+
+@dataclass(frozen=True)
+class AccumulatorModel:
+    """Parameters of one tensor-core accumulation datapath.
+
+    Parameters
+    ----------
+    name:
+        Label used in reports.
+    kind:
+        ``"fused"`` (multi-term fused adder, parameters below), ``"exact"``
+        (exact sum, one final fp32 RNE rounding per instruction) or
+        ``"fp32"`` (fp32 RNE after every addition).
+    block:
+        Products summed by one fused addition (a divisor of 32).  32 means the
+        whole instruction is one fused sum; 16 means two chained halves
+        (k = 0..15 first), as when FP8 is run on FP16 k16 hardware.
+    frac_bits:
+        Fraction bits kept below the largest exponent when aligning addends.
+    align_rounding:
+        Rounding of the aligned addends: ``"rz"`` (truncate the magnitude) or
+        ``"rd"`` (truncate the two's-complement value, i.e. toward -inf).
+        Any name of these :class:`~fp8sim.rounding.RoundMode` values is accepted
+        (``"rtz"``, ``RoundMode.RTZ``, ``"floor"``, ...) and stored as ``"rz"``/``"rd"``.
+    product_exponent:
+        Exponent used for a product when finding the largest exponent:
+        ``"nominal"`` = ea + eb (the significand product lies in [1, 4)),
+        ``"normalized"`` = the product's true exponent.
+    subnormal_exponent:
+        Exponent of a subnormal input: ``"clamp"`` = the format's emin with a
+        significand below 1 (the FP8 datapath), ``"normalize"`` = its true
+        exponent (inputs first converted to a wider format, e.g. fp16).
+    c_mode:
+        ``"fused"``: C is one of the addends of the first block; ``"separate"``:
+        C is added to the rounded product sum by an IEEE fp32 addition.
+    out_frac_bits, out_rounding, output:
+        The normalised sum is rounded to ``out_frac_bits`` fraction bits with
+        ``out_rounding`` (``"rz"``, ``"rne"``, ``"rd"`` or ``"ru"``, or any other
+        name of these modes) in the ``output`` format (``"f32"`` or ``"f16"``;
+        subnormal results are quantised relative to the format's emin).
+    zero_sign:
+        Sign of an exactly zero result: ``"positive"`` (always +0) or
+        ``"ieee"`` (-0 only when every addend is a negative zero).
+    nan_bits:
+        Bit pattern returned for a NaN result (fp32 pattern; for f16 output
+        the fp32 pattern of the f16 NaN).
+    validated:
+        Whether the preset was checked against hardware captures.
+    """
+
+    name: str
+    kind: str = "fused"
+    block: int = 32
+    frac_bits: int = 13
+    align_rounding: str = "rz"
+    product_exponent: str = "nominal"
+    subnormal_exponent: str = "clamp"
+    c_mode: str = "fused"
+    out_frac_bits: int = 23
+    out_rounding: str = "rz"
+    output: str = "f32"
+    zero_sign: str = "positive"
+    k_order: tuple | None = None
+    nan_bits: int = 0x7FFFFFFF
+    validated: bool = False
+    description: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str):
+            raise TypeError(f"name must be a string, got {type(self.name).__name__}")
+        self._check_name("kind", list(KINDS))
+        block = _int_field("block", self.block)
+        if block < 1 or K_INSTR % block:
+            raise ValueError(f"block must be a divisor of {K_INSTR} (1, 2, 4, 8, 16 or 32), got {self.block!r}")
+        frac_bits = _int_field("frac_bits", self.frac_bits)
+        if not 0 <= frac_bits <= 40:
+            raise ValueError(f"frac_bits must be an integer in 0..40, got {self.frac_bits!r}")
+        align_rounding = self._rounding("align_rounding", ALIGN_ROUNDINGS)
+        out_rounding = self._rounding("out_rounding", OUT_ROUNDINGS)
+        self._check_name("output", list(OUTPUTS))
+        out_frac_bits = _int_field("out_frac_bits", self.out_frac_bits)
+        top = OUTPUTS[self.output][0]
+        if not 0 <= out_frac_bits <= top:
+            raise ValueError(
+                f"out_frac_bits must be an integer in 0..{top} for output {self.output!r}, got {self.out_frac_bits!r}"
+            )
+        self._check_name("product_exponent", ["nominal", "normalized"])
+        self._check_name("subnormal_exponent", ["clamp", "normalize", "fp16"])
+        ko = None
+        if self.k_order is not None:
+            if isinstance(self.k_order, (str, bytes)) or not hasattr(self.k_order, "__iter__"):
+                raise TypeError(f"k_order must be a sequence of {K_INSTR} integers or None, got {self.k_order!r}")
+            items = list(self.k_order)
+            if any(isinstance(k, (bool, np.bool_)) for k in items):
+                raise TypeError(f"k_order must hold integers, got {self.k_order!r}")
+            try:
+                ko = tuple(operator.index(k) for k in items)
+            except TypeError:
+                raise TypeError(f"k_order must hold integers, got {self.k_order!r}") from None
+            if sorted(ko) != list(range(K_INSTR)):
+                raise ValueError(f"k_order must be a permutation of 0..{K_INSTR - 1}, got {self.k_order!r}")
+        self._check_name("c_mode", ["fused", "separate"])
+        self._check_name("zero_sign", ["positive", "ieee"])
+        nan_bits = _int_field("nan_bits", self.nan_bits)
+        if not (0 <= nan_bits < 2**32 and (nan_bits >> 23) & 0xFF == 0xFF and nan_bits & 0x7FFFFF):
+            raise ValueError(
+                f"nan_bits must be the bit pattern of a float32 NaN (exponent bits all ones, mantissa not 0, "
+                f"e.g. 0x7fffffff), got {self.nan_bits!r}" + (f" = 0x{nan_bits:08x}" if 0 <= nan_bits < 2**32 else "")
+            )
+        if not isinstance(self.validated, (bool, np.bool_)):
+            raise TypeError(f"validated must be True or False, got {self.validated!r}")
+        if not isinstance(self.description, str):
+            raise TypeError(f"description must be a string, got {type(self.description).__name__}")
+        # store plain Python values (numpy integers are accepted, and compare equal) and one
+        # spelling per rounding mode
+        for key, value in (
+            ("block", block),
+            ("frac_bits", frac_bits),
+            ("align_rounding", align_rounding),
+            ("out_frac_bits", out_frac_bits),
+            ("out_rounding", out_rounding),
+            ("nan_bits", nan_bits),
+            ("k_order", ko),
+            ("validated", bool(self.validated)),
+        ):
+            object.__setattr__(self, key, value)
+
+    def _check_name(self, key: str, known: list[str]) -> None:
+        value = getattr(self, key)
+        if not isinstance(value, str):
+            raise TypeError(f"{key} must be one of {known}, got {value!r} ({type(value).__name__})")
+        if value not in known:
+            raise unknown_name_error(f"{key}", value, known, where="AccumulatorModel")
+
+    def _rounding(self, key: str, allowed: tuple[RoundMode, ...]) -> str:
+        """The stored spelling of the rounding mode named by field ``key`` (one of ``allowed``)."""
+        value = getattr(self, key)
+        if not isinstance(value, (str, RoundMode)):
+            known = [_SPELLING[m] for m in allowed]
+            raise TypeError(f"{key} must be one of {known} (or a RoundMode), got {value!r} ({type(value).__name__})")
+        return _SPELLING[round_mode(value, allowed, what=key)]
+
+    def summary(self) -> dict:
+        return asdict(self)
+
+
+class ModelParams(NamedTuple):
+    """An accumulator model as the bit-level kernels see it: plain integers (a numba-typed tuple).
+
+    Flags are 0/1; the rounding fields are :class:`~fp8sim.rounding.RoundMode` numbers.
+    """
+
+    kind: int  #: :data:`KINDS` number
+    block: int
+    frac_bits: int
+    align_rounding: int  #: RTZ or RDN
+    normalized_products: int  #: 1 for product_exponent="normalized"
+    separate_c: int  #: 1 for c_mode="separate"
+    out_frac_bits: int
+    out_rounding: int  #: RTZ, RNE, RDN or RUP
+    out_emin: int
+    out_emax: int
+    ieee_zero: int  #: 1 for zero_sign="ieee"
+
+
+def model_params(model: AccumulatorModel) -> ModelParams:
+    """The :class:`ModelParams` of ``model``."""
+    _, out_emin, out_emax = OUTPUTS[model.output]
+    return ModelParams(
+        KINDS[model.kind],
+        model.block,
+        model.frac_bits,
+        int(round_mode(model.align_rounding, ALIGN_ROUNDINGS)),
+        0 if model.product_exponent == "nominal" else 1,
+        0 if model.c_mode == "fused" else 1,
+        model.out_frac_bits,
+        int(round_mode(model.out_rounding, OUT_ROUNDINGS)),
+        out_emin,
+        out_emax,
+        0 if model.zero_sign == "positive" else 1,
+    )
+
+
+def instruction_order(model: AccumulatorModel) -> np.ndarray:
+    """The order in which one instruction takes its 32 products (int64 indices 0..31)."""
+    return np.array(model.k_order if model.k_order is not None else range(K_INSTR), dtype=np.int64)
