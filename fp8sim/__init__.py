@@ -47,9 +47,11 @@ from .formats import (
     format,
     format_names,
 )
+from .identification import identify
 from .pipeline import GemmReport, gemm, scaled_matmul
 from .recipes import Recipe, recipe, recipe_names
 from .rounding import MODES, RoundMode, decode, decode_table, encode, round
+from .scaled import scaled_gemm
 from .scaling import Granularity, QuantizedTensor, dequantize, granularity, quantize
 from .tensorcore import AccumulatorModel, get_model
 
@@ -100,6 +102,8 @@ __all__ = [
     "recipe",
     "recipe_names",
     "gemm",
+    "scaled_gemm",
+    "identify",
     "scaled_matmul",
     "GemmReport",
     # modules

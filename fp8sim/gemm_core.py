@@ -5,7 +5,10 @@
   and promoted into an fp32 accumulator (:func:`promote`), or scaled once in the epilogue;
 * :func:`cast_output`: the fp32 accumulator to the recipe's output format (RNE, the hardware's
   canonical NaN);
-* :func:`wide_matmul`: the unquantized recipes (bf16, fp32, fp64 operands, :func:`cast_operand`).
+* :func:`wide_matmul`: the unquantized recipes (bf16, fp32, fp64 operands, :func:`cast_operand`),
+  on numpy's BLAS or, for ``accumulator="wgmma.bf16"``, on the H200's BF16 tensor-core model;
+* :func:`k_slices`, :func:`combine_slices`, :func:`apply_epilogue`: split-K and the epilogue
+  scale orders of the library GEMMs (:mod:`fp8sim.scaled`).
 
 :func:`fp8sim.gemm` (:mod:`fp8sim.pipeline`) and its error decomposition (:mod:`fp8sim.gemm_report`)
 are built from these.
@@ -17,7 +20,7 @@ import numpy as np
 
 from .formats import format as get_format
 from .intrinsics import fma32_array
-from .recipes import SCALE_ATS, Recipe, is_int
+from .recipes import BF16_ACCUMULATORS, SCALE_ATS, Recipe, is_int
 from .rounding import cast
 from .scaling import QuantizedTensor
 from .tensorcore import get_model
@@ -25,7 +28,17 @@ from .tensorcore import matmul as tc_matmul
 from .tensorcore.cuda import cupy_wgmma_gemm
 from .tensorcore.fast import SCALE_EPILOGUE, SCALE_FMA, SCALE_MUL_ADD, code_tables, fast_kernel_ok, wgmma_gemm
 
-__all__ = ["scaled_matmul", "promote", "cast_output", "cast_operand", "wide_matmul", "SCALE_MODES"]
+__all__ = [
+    "scaled_matmul",
+    "promote",
+    "cast_output",
+    "cast_operand",
+    "wide_matmul",
+    "k_slices",
+    "combine_slices",
+    "apply_epilogue",
+    "SCALE_MODES",
+]
 
 #: ``scale_application`` name -> the kernels' mode constant
 SCALE_MODES = {"fma": SCALE_FMA, "mul-add": SCALE_MUL_ADD}
@@ -121,6 +134,11 @@ def scaled_matmul(
     """The FP8 core of :func:`fp8sim.gemm` on codes: ``a_codes (M, Kp)``, ``b_codes (Kp, N)`` uint8 (Kp a
     multiple of 32, already padded), ``sa (M, nks)``, ``sb (nks, N)`` float32 scales per K block of
     ``kscale`` elements (``nks == 1`` for ``scale_at="epilogue"``).  Returns the fp32 result."""
+    if isinstance(accumulator, str) and accumulator.strip().lower() in BF16_ACCUMULATORS:
+        raise ValueError(
+            f"scaled_matmul: accumulator {accumulator!r} is the BF16 tensor-core datapath; FP8 codes need "
+            "an FP8 accumulator (e.g. 'wgmma')"
+        )
     fa, fb = get_format(a_format), get_format(b_format)
     a_codes, b_codes, sa, sb = np.asarray(a_codes), np.asarray(b_codes), np.asarray(sa), np.asarray(sb)
     P, mode = _check(
@@ -192,6 +210,50 @@ def scaled_matmul(
     return tot
 
 
+def k_slices(K: int, split_k: int, granule: int) -> list[tuple[int, int]]:
+    """The K ranges ``[k0, k1)`` of a split-K GEMM: ``ceil(ceil(K / granule) / split_k)`` granules
+    per slice, the last slice shorter; slices past the end of K are dropped (cuBLASLt's layout:
+    docs/libraries.md)."""
+    if split_k <= 1:
+        return [(0, K)]
+    granules = -(-K // granule)
+    per = -(-granules // split_k) * granule
+    return [(k0, min(K, k0 + per)) for k0 in range(0, K, per)]
+
+
+def combine_slices(parts: list[np.ndarray], order: str) -> np.ndarray:
+    """The fp32 sum of the slices' results: ``"sequential"`` (``((p0 + p1) + p2) + ...``),
+    ``"reverse"`` (from the last slice) or ``"pairwise"`` (a binary tree over neighbours)."""
+    if order == "reverse":
+        parts = parts[::-1]
+    if order == "pairwise":
+        while len(parts) > 1:
+            nxt = [(parts[i] + parts[i + 1]).astype(np.float32) for i in range(0, len(parts) - 1, 2)]
+            if len(parts) % 2:
+                nxt.append(parts[-1])
+            parts = nxt
+        return parts[0]
+    tot = parts[0]
+    for p in parts[1:]:
+        tot = (tot + p).astype(np.float32)
+    return tot
+
+
+def apply_epilogue(acc: np.ndarray, sa: np.ndarray, sb: np.ndarray, order: str) -> np.ndarray:
+    """The epilogue scaling of the fp32 accumulator by ``sa (M, 1)`` and ``sb (1, N)`` in fp32:
+    ``"alpha"`` ``(sa * sb) * acc``, ``"b-then-a"`` ``(acc * sb) * sa``, ``"a-then-b"``
+    ``(acc * sa) * sb``, each product rounded to fp32."""
+    f = np.float32
+    with np.errstate(all="ignore"):
+        if order == "alpha":
+            return ((sa * sb).astype(f) * acc).astype(f)
+        if order == "b-then-a":
+            return ((acc * sb).astype(f) * sa).astype(f)
+        if order == "a-then-b":
+            return ((acc * sa).astype(f) * sb).astype(f)
+    raise ValueError(f"unknown epilogue_scale {order!r}")
+
+
 def cast_output(y: np.ndarray, out_fmt: str) -> np.ndarray:
     """The accumulator ``y`` in the output format ``out_fmt``: ``"fp64"`` as float64; ``"bf16"``
     and ``"fp32"`` rounded once (RNE) into float32 storage, NaN as the hardware's canonical quiet
@@ -215,6 +277,25 @@ def cast_operand(a, fmt) -> np.ndarray:
     return a.astype(np.float32)
 
 
+def bf16_tensorcore_matmul(xa: np.ndarray, wa: np.ndarray, r: Recipe) -> np.ndarray:
+    """The fp32 accumulator of a BF16 recipe on a tensor-core model (``accumulator="wgmma.bf16"``):
+    bf16 operands (float32 storage) multiplied by :func:`~fp8sim.tensorcore.wide.bf16_matmul` on
+    each split-K slice (:func:`k_slices`), the slices summed by :func:`combine_slices`."""
+    from .tensorcore.wide import bf16_matmul
+
+    a_bits = (np.ascontiguousarray(xa, np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    b_bits = (np.ascontiguousarray(wa, np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    acc = r.accumulator
+    assert isinstance(acc, str), acc
+    model = get_model(acc)
+    K = a_bits.shape[1]
+    parts = [
+        bf16_matmul(np.ascontiguousarray(a_bits[:, k0:k1]), np.ascontiguousarray(b_bits[k0:k1]), model)
+        for k0, k1 in k_slices(K, r.split_k, r.split_granule)
+    ]
+    return combine_slices(parts, r.split_order)
+
+
 def wide_matmul(x, w, r: Recipe) -> np.ndarray:
     """The GEMM of an unquantized recipe (``r.is_fp8`` False): operands cast by :func:`cast_operand`,
     products summed by numpy (float32 BLAS; float64 for fp64), output cast as :func:`cast_output`."""
@@ -222,6 +303,8 @@ def wide_matmul(x, w, r: Recipe) -> np.ndarray:
         raise TypeError(f"recipe {r.name!r} takes float arrays, not QuantizedTensors")
     xa, wa = cast_operand(x, r.x_format), cast_operand(w, r.w_format)
     y: np.ndarray
+    if r.accumulator in BF16_ACCUMULATORS:
+        return cast_output(bf16_tensorcore_matmul(xa, wa, r), r.output_format)
     with np.errstate(all="ignore"):
         if r.accumulator == "fp64" or r.x_format == "fp64":
             y = xa.astype(np.float64) @ wa.astype(np.float64)

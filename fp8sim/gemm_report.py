@@ -63,7 +63,11 @@ class GemmReport:
     ``error``: the output against the fp64 GEMM of the unquantized inputs (for an operand
     passed as a QuantizedTensor the unquantized values are unknown: its dequantized values
     stand in, and its quantization term is then 0 by construction);
-    ``error_vs_bf16``: against the ``"bf16"`` recipe's output; ``bf16_error``:
+    The terms decompose the arithmetic of one K slice with the scale product applied as
+    ``fp32(sa * sb)``; a recipe's split-K (``split_k``) and epilogue order (``epilogue_scale``) are in
+    ``error`` (the recipe's real output) but have no term of their own.
+    ``error_vs_bf16``: against the BF16 baseline's output (``fp8sim.gemm(..., baseline=)``:
+    ``"bf16"``, numpy's BLAS, by default; ``"bf16-cublaslt"`` the H200's BF16 GEMM); ``bf16_error``:
     the bf16 recipe against fp64.  ``terms``: each error source switched on
     alone (everything else exact), as the size of the change it makes,
     relative to the fp64 result (see docs/gemm.md for the definitions).
@@ -97,11 +101,11 @@ class GemmReport:
         return "\n".join(lines)
 
 
-def wide_gemm_report(x, w, r: Recipe, y) -> GemmReport:
+def wide_gemm_report(x, w, r: Recipe, y, baseline="bf16") -> GemmReport:
     """The report of an unquantized recipe's output ``y`` (errors only; no decomposition)."""
     xe, we = np.asarray(x, np.float64), np.asarray(w, np.float64)
     ref = xe @ we
-    bf = wide_matmul(xe, we, get_recipe("bf16"))
+    bf = wide_matmul(xe, we, get_recipe(baseline))
     return GemmReport(
         r.name, (x.shape[0], x.shape[1], w.shape[1]), _metric_dict(ref, y), _metric_dict(bf, y), _metric_dict(ref, bf)
     )
@@ -111,7 +115,7 @@ def _decode(codes, fmt) -> np.ndarray:
     return code_tables(fmt)[0][codes]
 
 
-def fp8_gemm_report(x, w, qx: QuantizedTensor, qw: QuantizedTensor, r: Recipe, y, parts) -> GemmReport:
+def fp8_gemm_report(x, w, qx: QuantizedTensor, qw: QuantizedTensor, r: Recipe, y, parts, baseline="bf16") -> GemmReport:
     """The report of an FP8 recipe's output ``y``: ``x``, ``w`` as given (float arrays or
     QuantizedTensors), ``qx``, ``qw`` their quantizations and ``parts = (A, B, sa, sb, kscale)``
     what the kernel multiplied (:func:`fp8sim.pipeline.kernel_inputs`)."""
@@ -128,7 +132,7 @@ def fp8_gemm_report(x, w, qx: QuantizedTensor, qw: QuantizedTensor, r: Recipe, y
     with np.errstate(all="ignore"):
         ref = xe @ we
         y_q = xq @ wq  # quantized inputs, exact arithmetic
-        bf = wide_matmul(xe, we, get_recipe("bf16"))
+        bf = wide_matmul(xe, we, get_recipe(baseline))
         terms = {}
         terms["x_quantization"] = _term(ref, ref, xq @ we)
         terms["w_quantization"] = _term(ref, ref, xe @ wq)

@@ -55,6 +55,7 @@ from .gemm_core import cast_output, scaled_matmul, wide_matmul
 from .gemm_report import SOURCES, GemmReport, fp8_gemm_report, wide_gemm_report
 from .recipes import Recipe
 from .recipes import recipe as get_recipe
+from .scaled import pad_k, padded_k, run_codes
 from .scaling import DelayedScaling, Granularity, Group, PerColumn, PerRow, QuantizedTensor, Tile, quantize
 from .scaling import granularity as as_granularity
 
@@ -197,13 +198,6 @@ def quantize_operands(x, w, recipe) -> tuple[QuantizedTensor, QuantizedTensor]:
 
 
 # ------------------------------------------------------------------ the kernel's operands
-def padded_k(K: int, promote_every: int | None) -> int:
-    """K rounded up to whole promotion intervals (to whole MMAs of 32 without promotion): the
-    zero-padded K the kernel runs over."""
-    step = max(32, promote_every or 32)
-    return -(-K // step) * step
-
-
 def k_scales(qx: QuantizedTensor, qw: QuantizedTensor, Kp: int):
     """Scales per K block for the kernel: ``(sa (M, nks), sb (nks, N), kscale, nks)``, float32
     scales and the block length along K (``Kp`` for one block over all of K)."""
@@ -231,16 +225,6 @@ def k_scales(qx: QuantizedTensor, qw: QuantizedTensor, Kp: int):
     return np.ascontiguousarray(sa), np.ascontiguousarray(sb), (kscale if kscale < K else Kp), nks
 
 
-def pad_k(codes: np.ndarray, Kp: int, axis: int) -> np.ndarray:
-    """``codes`` zero-padded along ``axis`` (its K axis) to ``Kp`` (contiguous)."""
-    K = codes.shape[axis]
-    if Kp == K:
-        return np.ascontiguousarray(codes)
-    pad = [(0, 0), (0, 0)]
-    pad[axis] = (0, Kp - K)
-    return np.pad(codes, pad)
-
-
 def kernel_inputs(qx: QuantizedTensor, qw: QuantizedTensor, promote_every: int | None):
     """What :func:`scaled_matmul` takes for ``qx (M, K) @ qw (K, N)``: ``(A (M, Kp), B (Kp, N), sa,
     sb, kscale)``, the codes zero-padded to :func:`padded_k` and the scales per K block
@@ -253,21 +237,7 @@ def kernel_inputs(qx: QuantizedTensor, qw: QuantizedTensor, promote_every: int |
 def _fp8(qx: QuantizedTensor, qw: QuantizedTensor, r: Recipe, fidelity: str, backend: str = "cpu"):
     parts = kernel_inputs(qx, qw, r.promote_every)
     A, B, sa, sb, kscale = parts
-    y32 = scaled_matmul(
-        A,
-        B,
-        sa,
-        sb,
-        a_format=qx.format,
-        b_format=qw.format,
-        kscale=kscale,
-        accumulator=r.accumulator,
-        promote_every=r.promote_every,
-        scale_at=r.scale_at,
-        scale_application=r.scale_application,
-        fidelity=fidelity,
-        backend=backend,
-    )
+    y32 = run_codes(A, B, sa, sb, kscale, qx.format, qw.format, r, K=qx.shape[1], fidelity=fidelity, backend=backend)
     return y32, parts
 
 
@@ -281,6 +251,7 @@ def gemm(
     layout: str = "kn",
     backend: str = "cpu",
     fidelity: str = "exact",
+    baseline="bf16",
 ):
     """``y = x @ w`` as the FP8 GEMM ``recipe`` describes.
 
@@ -294,6 +265,9 @@ def gemm(
     layout : ``"kn"`` or ``"nk"``
     backend : ``"cpu"`` (numba) or ``"cupy"`` (the same arithmetic as a CUDA-core kernel on an NVIDIA
         GPU, bit-identical; needs CuPy; wgmma-type accumulators and fidelity="exact" only)
+    baseline : the BF16 recipe the report compares against: ``"bf16"`` (numpy's float32 BLAS, the
+        fast option) or ``"bf16-cublaslt"`` (the BF16 GEMM the H200 computes, cuBLASLt's
+        arithmetic; pass ``.with_(split_k=...)`` for the library's split at your shape)
     fidelity : ``"exact"`` (bit-exact accumulator model) or ``"fast"`` (exact quantization and scale
         application, but each promotion interval's partial from float32 BLAS instead of the
         tensor-core model: NOT bit-exact; see docs/gemm.md for its measured deviation)
@@ -305,6 +279,9 @@ def gemm(
     """
     r = get_recipe(recipe)
     report = flag(report, "fp8sim.gemm", "report")
+    base = get_recipe(baseline)
+    if base.x_format != "bf16" or base.w_format != "bf16":
+        raise ValueError(f"fp8sim.gemm: baseline must be a BF16 recipe ('bf16', 'bf16-cublaslt'), got {base.name!r}")
     if backend not in ("cpu", "cupy"):
         raise ValueError(f"fp8sim.gemm: backend must be 'cpu' or 'cupy', got {backend!r}")
     if fidelity not in ("exact", "fast"):
@@ -313,7 +290,7 @@ def gemm(
     if not r.is_fp8:
         y = wide_matmul(x, w, r)
         if report:
-            return y, wide_gemm_report(x, w, r, y)
+            return y, wide_gemm_report(x, w, r, y, baseline)
         return y
     qx, qw = quantize_operands(x, w, r)
     for name, q in (("x", qx), ("w", qw)):
@@ -325,5 +302,5 @@ def gemm(
     y32, parts = _fp8(qx, qw, r, fidelity, backend)
     y = cast_output(y32, r.output_format)
     if report:
-        return y, fp8_gemm_report(x, w, qx, qw, r, y, parts)
+        return y, fp8_gemm_report(x, w, qx, qw, r, y, parts, baseline)
     return y

@@ -27,6 +27,15 @@ A :class:`Recipe` names, for ``y = x @ w`` with ``x (M, K)`` and ``w (K, N)``:
   - ``"mul-add"``: ``acc = acc + fp32(s * partial)`` (compiled with
     ``-fmad=false``);
 
+* with scales in the epilogue, the fp32 operation order (``epilogue_scale``): ``"alpha"``
+  ``fp32(fp32(sa * sb) * acc)`` (cuBLASLt tensorwise), ``"b-then-a"`` ``fp32(fp32(acc * sb) * sa)``
+  (cuBLASLt rowwise), ``"a-then-b"`` ``fp32(fp32(acc * sa) * sb)`` (a Triton epilogue written
+  ``acc * sa * sb``);
+* split-K (``split_k`` slices of K, each its own accumulator from zero; slice boundaries at
+  multiples of ``split_granule`` K elements, ``ceil(ceil(K / granule) / split_k)`` granules per
+  slice; the fp32 slice results summed in ``split_order``: ``"sequential"`` (slice 0 first),
+  ``"reverse"`` or ``"pairwise"``), as cuBLASLt's split-K kernels and their ``splitKreduce``
+  kernel do (scales at promotion are applied inside each slice; epilogue scales after the sum);
 * the output format (``"bf16"``: RNE from fp32, ``"fp32"``, ``"fp64"``);
 * for TransformerEngine-style hybrid recipes, the gradient format and the
   promotion used by the backward GEMMs (:meth:`Recipe.backward`).
@@ -44,12 +53,16 @@ from ._names import unknown_name_error
 from .formats import CATALOGUE, Format, format_names
 from .formats import format as _get_format
 
-__all__ = ["Recipe", "recipe", "recipe_names", "PRESETS", "accumulator_names", "is_int"]
+__all__ = ["Recipe", "recipe", "recipe_names", "PRESETS", "accumulator_names", "is_int", "BF16_ACCUMULATORS"]
 
 WIDE_FORMATS = ("bf16", "fp32", "fp64")
 OUTPUT_FORMATS = ("bf16", "fp32", "fp64")
 SCALE_ATS = ("promotion", "epilogue")
 SCALE_APPLICATIONS = ("fma", "mul-add")
+EPILOGUE_SCALES = ("alpha", "b-then-a", "a-then-b")
+#: accumulator models of BF16 tensor-core instructions: only for bf16 x bf16 recipes
+BF16_ACCUMULATORS = ("wgmma.bf16",)
+SPLIT_ORDERS = ("sequential", "reverse", "pairwise")
 _MMA_K = 32  # K of one FP8 MMA instruction: scale blocks along K are multiples of it
 
 
@@ -161,6 +174,10 @@ class Recipe:
     scale_at: str = "promotion"
     scale_application: str = "fma"
     output_format: str = "bf16"
+    epilogue_scale: str = "alpha"
+    split_k: int = 1
+    split_granule: int = 128
+    split_order: str = "sequential"
     grad_format: str | Format | None = None
     backward_promote_every: int | None = None
     validated: bool = False
@@ -179,6 +196,16 @@ class Recipe:
             )
         object.__setattr__(self, "output_format", _choice(self.output_format, OUTPUT_FORMATS, who, "output_format"))
         self._check_accumulator(who)
+        if self.split_k > 1 and not self.is_fp8 and self.accumulator not in BF16_ACCUMULATORS:
+            raise ValueError(
+                f"{who}: split_k={self.split_k} needs a tensor-core accumulator; the wide recipes on "
+                f"numpy's BLAS ({self.accumulator!r}) have no K slices (use accumulator='wgmma.bf16')"
+            )
+        if self.accumulator in BF16_ACCUMULATORS and (self.x_format, self.w_format) != ("bf16", "bf16"):
+            raise ValueError(
+                f"{who}: accumulator {self.accumulator!r} is the BF16 tensor-core datapath: it needs bf16 "
+                f"operands, got {_fmt_name(self.x_format)!r} x {_fmt_name(self.w_format)!r}"
+            )
         object.__setattr__(self, "promote_every", _promotion(self.promote_every, who, "promote_every"))
         object.__setattr__(
             self, "backward_promote_every", _promotion(self.backward_promote_every, who, "backward_promote_every")
@@ -187,6 +214,20 @@ class Recipe:
         object.__setattr__(
             self, "scale_application", _choice(self.scale_application, SCALE_APPLICATIONS, who, "scale_application")
         )
+        object.__setattr__(self, "epilogue_scale", _choice(self.epilogue_scale, EPILOGUE_SCALES, who, "epilogue_scale"))
+        object.__setattr__(self, "split_order", _choice(self.split_order, SPLIT_ORDERS, who, "split_order"))
+        for which, lo in (("split_k", 1), ("split_granule", _MMA_K)):
+            v = getattr(self, which)
+            if not is_int(v) or v < lo:
+                raise ValueError(f"{who}: {which} must be an int >= {lo}, got {v!r}")
+            object.__setattr__(self, which, int(v))
+        if self.split_granule % _MMA_K:
+            raise ValueError(f"{who}: split_granule must be a multiple of {_MMA_K} (one MMA), got {self.split_granule}")
+        if self.split_k > 1 and self.promote_every is not None and self.split_granule % self.promote_every:
+            raise ValueError(
+                f"{who}: split_granule ({self.split_granule}) must be a multiple of promote_every "
+                f"({self.promote_every}): a slice holds whole promotion intervals"
+            )
         if not is_int(self.margin):
             raise TypeError(f"{who}: margin must be an int (a number of binades of headroom), got {self.margin!r}")
         if not isinstance(self.validated, bool):
@@ -264,6 +305,11 @@ class Recipe:
                     f"{who}: promote_every={self.promote_every} must divide the K scale block ({kb}): "
                     "scales applied at promotion change only between promotion intervals"
                 )
+        if blocks and self.split_k > 1 and self.split_granule % max(blocks.values()):
+            raise ValueError(
+                f"{who}: split_granule ({self.split_granule}) must be a multiple of the K scale "
+                f"blocks ({', '.join(map(str, sorted(set(blocks.values()))))}): slices start on block boundaries"
+            )
 
     @property
     def is_fp8(self) -> bool:
@@ -410,6 +456,112 @@ _add(
         "fprop without split accumulator, dgrad/wgrad promoted every 128",
     )
 )
+# ---- library configurations (docs/libraries.md; captures in tests/data/libraries_sm90.npz)
+_CUBLASLT = "torch 2.11 torch._scaled_mm -> cuBLASLt 13.1 (130100) on H200"
+_TRITON = "Triton 3.6 tl.dot on H200 (sm_90)"
+for _fast in (False, True):
+    _sfx = "-fast" if _fast else ""
+    _prom = None if _fast else 128
+    _acc = (
+        "use_fast_accum=True: the wgmma accumulator runs over all of K (of each split-K slice)"
+        if _fast
+        else "use_fast_accum=False: the wgmma partial is added into fp32 every 128 K (plain fp32 add)"
+    )
+    _add(
+        Recipe(
+            "cublaslt-tensor" + _sfx,
+            "e4m3",
+            "e4m3",
+            "tensor",
+            "tensor",
+            scale_format="fp32",
+            accumulator="wgmma",
+            promote_every=_prom,
+            scale_at="epilogue",
+            epilogue_scale="alpha",
+            output_format="bf16",
+            validated=True,
+            description=f"{_CUBLASLT}, tensorwise fp32 scales; {_acc}; epilogue fp32(fp32(sa*sb) * acc), "
+            "then the output cast (RNE). Split-K (split_k) is the library's choice per shape: see docs",
+        )
+    )
+    _add(
+        Recipe(
+            "cublaslt-row" + _sfx,
+            "e4m3",
+            "e4m3",
+            "row",
+            "row",
+            scale_format="fp32",
+            accumulator="wgmma",
+            promote_every=_prom,
+            scale_at="epilogue",
+            epilogue_scale="b-then-a",
+            output_format="bf16",
+            validated=True,
+            description=f"{_CUBLASLT}, rowwise (M,1) x (1,N) fp32 scales (outer-vector scaling); {_acc}; "
+            "epilogue fp32(fp32(acc * sb[j]) * sa[i]), then the output cast (RNE)",
+        )
+    )
+_add(
+    Recipe(
+        "cublaslt-block",
+        "e4m3",
+        "e4m3",
+        "1x128",
+        "128x128",
+        scale_format="fp32",
+        accumulator="wgmma",
+        promote_every=128,
+        scale_at="promotion",
+        scale_application="fma",
+        output_format="bf16",
+        split_granule=512,
+        validated=True,
+        description=f"{_CUBLASLT}, blockwise 1x128 activations x 128x128 weights (fast accumulation refused "
+        "by torch): every 128 K the wgmma partial p joins fp32 as fma(fp32(sa*sb), p, acc) -- DeepSeek-V3's "
+        "arithmetic; split-K per shape (see docs). The 128x128 scale tensor must be padded to a multiple of 4 "
+        "blocks along K (docs/libraries.md)",
+    )
+)
+_add(
+    Recipe(
+        "triton",
+        "e4m3",
+        "e4m3",
+        "row",
+        "row",
+        scale_format="fp32",
+        accumulator="wgmma",
+        promote_every=None,
+        scale_at="epilogue",
+        epilogue_scale="a-then-b",
+        output_format="fp32",
+        validated=True,
+        description=f"{_TRITON}: acc = tl.dot(a, b, acc) with the default max_num_imprecise_acc (2**30 on "
+        "sm_90): the wgmma accumulator runs over all of K for any BLOCK_K; epilogue acc * sa * sb "
+        "(as gpu/capture_libraries.py writes it; a kernel's own epilogue order is its own)",
+    )
+)
+for _imp in (32, 64, 128):
+    _add(
+        Recipe(
+            f"triton-imprecise-{_imp}",
+            "e4m3",
+            "e4m3",
+            "row",
+            "row",
+            scale_format="fp32",
+            accumulator="wgmma",
+            promote_every=_imp,
+            scale_at="epilogue",
+            epilogue_scale="a-then-b",
+            output_format="fp32",
+            validated=True,
+            description=f"{_TRITON}: tl.dot(..., max_num_imprecise_acc={_imp}): the wgmma partial is added "
+            f"into the fp32 accumulator every {_imp} K (BLOCK_K >= {_imp}); epilogue acc * sa * sb",
+        )
+    )
 _add(
     Recipe(
         "bf16",
@@ -421,8 +573,26 @@ _add(
         promote_every=None,
         scale_at="epilogue",
         output_format="bf16",
-        description="BF16 inputs, fp32 accumulation (numpy float32 BLAS; order not that of any GPU), "
-        "bf16 output: the usual baseline",
+        description="BF16 inputs, fp32 accumulation by numpy's float32 BLAS (the fast baseline: its order "
+        "and rounding are not any GPU's; 'bf16-cublaslt' is the H200's), bf16 output",
+    )
+)
+_add(
+    Recipe(
+        "bf16-cublaslt",
+        "bf16",
+        "bf16",
+        "tensor",
+        "tensor",
+        accumulator="wgmma.bf16",
+        promote_every=None,
+        scale_at="epilogue",
+        output_format="bf16",
+        split_granule=64,
+        validated=True,
+        description="torch 2.11 BF16 matmul -> cuBLASLt 13.1 on H200: wgmma m64nNk16 chained along K (C and "
+        "16 exact products in one fused sum, 25 fraction bits, truncation, fp32 truncation), split-K "
+        "slices of ceil(ceil(K/64)/S)*64 summed in fp32 (S is the library's choice per shape), bf16 RNE",
     )
 )
 _add(

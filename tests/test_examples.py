@@ -56,3 +56,10 @@ def test_train_two_recipes(tmp_path):
     for r in ("bf16", "deepseek-v3"):
         assert [ln.split()[2] for ln in out.splitlines() if ln.split()[:2] == [r, "step"]] == ["1/3", "2/3", "3/3"]
     assert (tmp_path / "summary.json").exists() and (tmp_path / "losses.csv").exists()
+
+
+def test_library_gemm():
+    out = run_example("library_gemm.py", "512")
+    assert "identify: match 100% with promote_every=None, split_k=2, epilogue_scale='b-then-a'" in out
+    assert "first diverging output (row-major): [3, 5]" in out
+    assert "no single step of the model" in out

@@ -8,7 +8,26 @@ import pytest
 import fp8sim
 from fp8sim.recipes import PRESETS, Recipe
 
-NAMES = ["deepseek-v3", "per-tensor", "per-tensor-no-promotion", "mxfp8", "te-hybrid", "bf16", "fp32", "fp64"]
+NAMES = [
+    "deepseek-v3",
+    "per-tensor",
+    "per-tensor-no-promotion",
+    "mxfp8",
+    "te-hybrid",
+    "cublaslt-tensor",
+    "cublaslt-row",
+    "cublaslt-tensor-fast",
+    "cublaslt-row-fast",
+    "cublaslt-block",
+    "triton",
+    "triton-imprecise-32",
+    "triton-imprecise-64",
+    "triton-imprecise-128",
+    "bf16",
+    "bf16-cublaslt",
+    "fp32",
+    "fp64",
+]
 
 
 def test_preset_names_exact():
@@ -35,13 +54,16 @@ def test_unknown_recipe_names_close_matches():
 
 
 def test_accumulators_come_from_the_tensorcore_registry():
-    from fp8sim.recipes import accumulator_names
+    from fp8sim.recipes import BF16_ACCUMULATORS, accumulator_names
     from fp8sim.tensorcore import model_names
 
     names = accumulator_names()
     assert names == [i for a, i in model_names() if a == "sm90"] + ["fp64"]
     assert {"wgmma", "wgmma.f16", "mma.sync", "exact", "fp32", "fp64"} <= set(names)
     for a in names:
+        if a in BF16_ACCUMULATORS:  # the BF16 datapath takes bf16 operands only
+            assert Recipe("t", x_format="bf16", w_format="bf16", accumulator=a).accumulator == a
+            continue
         assert Recipe("t", accumulator=a).accumulator == a
 
 
@@ -174,6 +196,15 @@ def test_any_8bit_format_or_format_object():
         (dict(grad_format="e5m2"), ValueError, "backward"),  # backward GEMMs: epilogue with tiles
         (dict(grad_format="bf16"), ValueError, "grad_format"),
         (dict(name=""), TypeError, "name"),
+        (dict(epilogue_scale="ab"), fp8sim.UnknownNameError, "a-then-b"),
+        (dict(split_order="tree"), fp8sim.UnknownNameError, "pairwise"),
+        (dict(split_k=0), ValueError, "split_k must be an int >= 1"),
+        (dict(split_k=2.0), ValueError, "split_k"),
+        (dict(split_k=True), ValueError, "split_k"),
+        (dict(split_granule=100), ValueError, "multiple of 32"),
+        (dict(split_granule=16), ValueError, "split_granule must be an int >= 32"),
+        (dict(split_k=2, split_granule=64), ValueError, "multiple of promote_every"),
+        (dict(split_k=2, split_granule=256, x_granularity="1x512", w_granularity="512x512"), ValueError, "scale block"),
     ],
 )
 def test_bad_recipes_fail_at_construction(bad, exc, match):
@@ -191,6 +222,9 @@ def test_accepted_recipes_run():
         dict(margin=-1),
         dict(margin=np.int64(2)),
         dict(x_granularity="row", w_granularity="row", scale_at="epilogue", promote_every=None),
+        dict(x_granularity="row", w_granularity="row", scale_at="epilogue", epilogue_scale="b-then-a", split_k=3),
+        dict(split_k=2, split_granule=512, split_order="pairwise"),
+        dict(x_granularity="tensor", w_granularity="tensor", scale_at="epilogue", split_k=16, split_order="reverse"),
         dict(x_granularity="g32", w_granularity="g128", promote_every=32),
         dict(x_granularity="mx32", w_granularity="mx32", scale_format="e8m0", promote_every=32),
         dict(x_granularity="1x256", w_granularity="128x128", promote_every=64),

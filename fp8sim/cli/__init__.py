@@ -16,7 +16,7 @@ import textwrap
 
 from ..formats import UnknownNameError
 from ..studies import TABLE_COLUMNS
-from . import experiments, numbers, verify
+from . import experiments, identify, numbers, verify
 from .common import (
     COMMANDS,
     Interrupted,
@@ -54,7 +54,7 @@ __all__ = [
 ]
 
 #: the modules of the commands (importing one registers its commands), in the order of ``fp8sim --help``
-GROUPS = (numbers, verify, experiments)
+GROUPS = (numbers, verify, experiments, identify)
 
 
 def _group(fn) -> int:

@@ -2,7 +2,7 @@
 
 One instruction (:func:`_instr`) takes K = 32 products in the model's order, in blocks; each block
 is one fused multi-term addition (``kind="fused"``: :func:`_fused_block`, its result rounded by
-:func:`_round_out`), an exact sum rounded once to fp32 (``"exact"``: :func:`_exact_block`), or, for
+:func:`round_out`), an exact sum rounded once to fp32 (``"exact"``: :func:`_exact_block`), or, for
 ``"fp32"``, the products are added one by one in fp32.  Blocks holding inf or NaN go through IEEE
 float64 arithmetic (:func:`_special_block`).  :func:`matmul_kernel` chains the instructions along K,
 with optional promotion into an fp32 accumulator.
@@ -21,7 +21,7 @@ from numba import njit, prange
 from ..rounding import RoundMode
 from .model import FP32, FUSED
 
-__all__ = ["matmul_kernel"]
+__all__ = ["matmul_kernel", "round_out"]
 
 # output rounding modes (compile-time constants)
 RNE = int(RoundMode.RNE)
@@ -39,7 +39,7 @@ def _bitlen(x):
 
 
 @njit(cache=True)
-def _round_out(S, q, neg, P):
+def round_out(S, q, neg, P):
     """Round the exact value (-1)**neg * S * 2**q (S >= 0 integer) to the output.
 
     Returns a float64 holding the rounded value (exact in the output format)."""
@@ -209,7 +209,7 @@ def _fused_block(acc, use_acc, arow, b, j, kb, order, k0, k1, clsA, sgA, sigA, e
         S = -S
     if S == 0 and P.ieee_zero == 1:
         return 0.0  # exact cancellation: +0 under RNE-like rules
-    return _round_out(S, emax - F, neg, P)
+    return round_out(S, emax - F, neg, P)
 
 
 @njit(cache=True)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from .._names import unknown_name_error
 from .model import AccumulatorModel
+from .wide import MODEL_WGMMA_BF16
 
 __all__ = ["PRESETS", "ANY_ARCH", "register_model", "get_model", "model_names"]
 
@@ -120,6 +121,8 @@ register_model(
         description="mma.sync m16n8k32 .f32 e4m3/e5m2 on sm_90: two FP16 HMMA.16816 (k%4<2, then k%4>=2) + FADD C",
     ),
 )
+# BF16 wgmma (m64nNk16): fitted to torch's BF16 GEMMs on the H200 (tests/test_bf16_baseline.py)
+register_model("sm90", "wgmma.bf16", MODEL_WGMMA_BF16)
 for _arch in ("sm90", "any"):
     register_model(
         _arch,

@@ -38,6 +38,7 @@ import numpy as np
 from ..gemm_core import cast_operand
 from ..metrics import quantization_counts
 from ..pipeline import along_k, gemm
+from ..recipes import BF16_ACCUMULATORS
 from ..recipes import recipe as get_recipe
 from ..rounding import cast
 from ..scaling import MX, DelayedScaling, PerTensor, QuantizedTensor, Tile, quantize
@@ -164,6 +165,8 @@ def matmul(a, b, recipe, role: str, *, layout: str = "kn", fidelity: str = "exac
         if isinstance(a, QuantizedTensor) or isinstance(b, QuantizedTensor):
             raise TypeError(f"matmul: recipe {rr.name!r} is not FP8 and takes float arrays")
         a, b = np.asarray(a), np.asarray(b)
+        if rr.accumulator in BF16_ACCUMULATORS:  # the BF16 tensor-core model: machine-independent bits
+            return _bf16_tensorcore(a, b, rr, layout)
         if fidelity == "exact":
             return _wide_batched(a, b if layout == "kn" else np.swapaxes(b, -1, -2), rr, deterministic=True)
         if a.ndim > 2 or b.ndim > 2:
@@ -199,6 +202,19 @@ def matmul(a, b, recipe, role: str, *, layout: str = "kn", fidelity: str = "exac
             margin=rr.margin,
         )
     return np.asarray(gemm(a, b, rr, layout=layout, fidelity=fidelity))
+
+
+def _bf16_tensorcore(a, b, r, layout: str):
+    """A BF16 recipe on the tensor-core model (``accumulator="wgmma.bf16"``, e.g. "bf16-cublaslt"):
+    one :func:`fp8sim.gemm` per matrix of the leading dimensions."""
+    if a.ndim == 2 and b.ndim == 2:
+        return np.asarray(gemm(a, b, r, layout=layout))
+    bb = b if layout == "kn" else np.swapaxes(b, -1, -2)
+    lead = np.broadcast_shapes(a.shape[:-2], bb.shape[:-2])
+    a = np.broadcast_to(a, lead + a.shape[-2:])
+    bb = np.broadcast_to(bb, lead + bb.shape[-2:])
+    out = [np.asarray(gemm(np.ascontiguousarray(a[i]), np.ascontiguousarray(bb[i]), r)) for i in np.ndindex(*lead)]
+    return np.stack(out).reshape(lead + out[0].shape)
 
 
 def _wide_batched(a, b, r, deterministic: bool = False):
