@@ -11,7 +11,8 @@ For each M = N = K and a skinny shape (64 x 64 x 16384), it times with CUDA even
 * torch's BF16 matmul;
 * fp8sim's CUDA-core emulation of the DeepSeek-V3 GEMM (``backend="cupy"``): the kernel alone
   (``fp8sim.tensorcore.cuda.last_kernel_seconds``) and end to end from host float arrays
-  (``fp8sim.gemm(..., backend="cupy")``: quantization on the CPU, transfers, kernel, output cast);
+  (``fp8sim.gemm(..., backend="cupy")``: quantization on the CPU, transfers, kernel, output cast),
+  the better of two runs after a warm-up call that compiles the kernels;
 
 and prints every time with the ratios to cuBLASLt blockwise.  The emulation never calls the
 tensor-core instructions it models.
@@ -61,11 +62,15 @@ def bench(M: int, N: int, K: int, reps: int = 20) -> dict:
     )
     xb, wb = torch.from_numpy(x).to(dev).bfloat16(), torch.from_numpy(w).to(dev).bfloat16()
     out["torch_bf16_s"] = _events(torch, lambda: xb @ wb.t(), reps)
-    fp8sim.gemm(x[:64, :256], w[:64, :256], "deepseek-v3", layout="nk", backend="cupy")  # build the module
-    t0 = time.perf_counter()
-    fp8sim.gemm(x, w, "deepseek-v3", layout="nk", backend="cupy")
-    out["fp8sim_end_to_end_s"] = time.perf_counter() - t0
-    out["fp8sim_kernel_s"] = float(tc_cuda.last_kernel_seconds)
+    fp8sim.gemm(x[:512, :1024], w[:512, :1024], "deepseek-v3", layout="nk", backend="cupy")  # compile, build
+    e2e, kern = [], []
+    for _ in range(2):  # the better of two runs
+        t0 = time.perf_counter()
+        fp8sim.gemm(x, w, "deepseek-v3", layout="nk", backend="cupy")
+        e2e.append(time.perf_counter() - t0)
+        kern.append(float(tc_cuda.last_kernel_seconds))
+    out["fp8sim_end_to_end_s"] = min(e2e)
+    out["fp8sim_kernel_s"] = min(kern)
     base = out["cublaslt_block_s"]
     out["ratio_kernel_vs_cublaslt_block"] = out["fp8sim_kernel_s"] / base
     out["ratio_end_to_end_vs_cublaslt_block"] = out["fp8sim_end_to_end_s"] / base
