@@ -7,7 +7,7 @@
   canonical NaN);
 * :func:`wide_matmul`: the unquantized recipes (bf16, fp32, fp64 operands, :func:`cast_operand`),
   on numpy's BLAS or, for ``accumulator="wgmma.bf16"``, on the H200's BF16 tensor-core model;
-* :func:`k_slices`, :func:`combine_slices`, :func:`apply_epilogue`: split-K and the epilogue
+* :func:`k_slices`, :func:`combine_slices`, :func:`split_sum`, :func:`apply_epilogue`: split-K and the epilogue
   scale orders of the library GEMMs (:mod:`fp8sim.scaled`).
 
 :func:`fp8sim.gemm` (:mod:`fp8sim.pipeline`) and its error decomposition (:mod:`fp8sim.gemm_report`)
@@ -37,6 +37,7 @@ __all__ = [
     "k_slices",
     "combine_slices",
     "apply_epilogue",
+    "split_sum",
     "SCALE_MODES",
 ]
 
@@ -277,6 +278,17 @@ def cast_operand(a, fmt) -> np.ndarray:
     return a.astype(np.float32)
 
 
+def split_sum(K: int, r: Recipe, part, Kp: int | None = None) -> np.ndarray:
+    """The split-K result of recipe ``r``: ``part(k0, k1)`` (the fp32 result of the K range
+    ``[k0, k1)`` on its own accumulator, from zero) for each slice of
+    ``k_slices(K, r.split_k, r.split_granule)``, summed by :func:`combine_slices` in
+    ``r.split_order``.  With ``Kp`` the last slice runs to ``Kp`` (the zero padding of K)."""
+    slices = k_slices(K, r.split_k, r.split_granule)
+    if Kp is not None:
+        slices[-1] = (slices[-1][0], Kp)
+    return combine_slices([part(k0, k1) for k0, k1 in slices], r.split_order)
+
+
 def bf16_tensorcore_matmul(xa: np.ndarray, wa: np.ndarray, r: Recipe) -> np.ndarray:
     """The fp32 accumulator of a BF16 recipe on a tensor-core model (``accumulator="wgmma.bf16"``):
     bf16 operands (float32 storage) multiplied by :func:`~fp8sim.tensorcore.wide.bf16_matmul` on
@@ -288,12 +300,11 @@ def bf16_tensorcore_matmul(xa: np.ndarray, wa: np.ndarray, r: Recipe) -> np.ndar
     acc = r.accumulator
     assert isinstance(acc, str), acc
     model = get_model(acc)
-    K = a_bits.shape[1]
-    parts = [
-        bf16_matmul(np.ascontiguousarray(a_bits[:, k0:k1]), np.ascontiguousarray(b_bits[k0:k1]), model)
-        for k0, k1 in k_slices(K, r.split_k, r.split_granule)
-    ]
-    return combine_slices(parts, r.split_order)
+    return split_sum(
+        a_bits.shape[1],
+        r,
+        lambda k0, k1: bf16_matmul(np.ascontiguousarray(a_bits[:, k0:k1]), np.ascontiguousarray(b_bits[k0:k1]), model),
+    )
 
 
 def wide_matmul(x, w, r: Recipe) -> np.ndarray:

@@ -25,7 +25,7 @@ import numpy as np
 from ._inputs import float_input
 from .formats import Format
 from .formats import format as get_format
-from .gemm_core import apply_epilogue, cast_output, combine_slices, k_slices, scaled_matmul
+from .gemm_core import apply_epilogue, cast_output, combine_slices, k_slices, scaled_matmul, split_sum
 from .recipes import Recipe
 from .recipes import recipe as get_recipe
 
@@ -95,24 +95,22 @@ def run_codes(A, B, sa, sb, kscale: int, a_format, b_format, r: Recipe, *, K=Non
         return scaled_matmul(A, B, sa, sb, kscale=kscale, scale_at=r.scale_at, **kw)
     M, N = A.shape[0], B.shape[1]
     ones_a, ones_b = np.ones((M, 1), np.float32), np.ones((1, N), np.float32)
-    parts = []
-    for k0, k1 in k_slices(K, r.split_k, r.split_granule):
-        if k1 == K:
-            k1 = Kp  # the zero padding belongs to the last slice
+
+    def part(k0: int, k1: int) -> np.ndarray:
         n = padded_k(k1 - k0, r.promote_every)
         a, b = pad_k(A[:, k0:k1], n, 1), pad_k(B[k0:k1], n, 0)
         if epi:
-            parts.append(scaled_matmul(a, b, ones_a, ones_b, kscale=n, scale_at="epilogue", **kw))
-        else:
-            if k0 % kscale and sa.shape[1] * sb.shape[0] > 1:
-                raise ValueError(
-                    f"split-K slice at K={k0} does not start on a scale block of {kscale}: split_granule "
-                    f"({r.split_granule}) must be a multiple of the scale block"
-                )
-            sa_s, sb_s = _slice_scales(sa, 1, k0, k1, kscale), _slice_scales(sb, 0, k0, k1, kscale)
-            ks = kscale if sa_s.shape[1] * sb_s.shape[0] > 1 else n
-            parts.append(scaled_matmul(a, b, sa_s, sb_s, kscale=ks, scale_at="promotion", **kw))
-    acc = combine_slices(parts, r.split_order)
+            return scaled_matmul(a, b, ones_a, ones_b, kscale=n, scale_at="epilogue", **kw)
+        if k0 % kscale and sa.shape[1] * sb.shape[0] > 1:
+            raise ValueError(
+                f"split-K slice at K={k0} does not start on a scale block of {kscale}: split_granule "
+                f"({r.split_granule}) must be a multiple of the scale block"
+            )
+        sa_s, sb_s = _slice_scales(sa, 1, k0, k1, kscale), _slice_scales(sb, 0, k0, k1, kscale)
+        ks = kscale if sa_s.shape[1] * sb_s.shape[0] > 1 else n
+        return scaled_matmul(a, b, sa_s, sb_s, kscale=ks, scale_at="promotion", **kw)
+
+    acc = split_sum(K, r, part, Kp)  # the zero padding belongs to the last slice
     if epi:
         acc = apply_epilogue(acc, sa[:, :1], sb[:1, :], r.epilogue_scale)
     return acc
