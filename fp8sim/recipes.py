@@ -46,6 +46,7 @@ Named presets: :data:`PRESETS`, looked up with :func:`recipe`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
@@ -459,6 +460,28 @@ _add(
 # ---- library configurations (docs/libraries.md; captures in tests/data/libraries_sm90.npz)
 _CUBLASLT = "torch 2.11 torch._scaled_mm -> cuBLASLt 13.1 (130100) on H200"
 _TRITON = "Triton 3.6 tl.dot on H200 (sm_90)"
+
+
+def _library(name: str, x_gran: str, w_gran: str, promote_every, description: str, **fields) -> None:
+    """A validated library preset: E4M3 operands with fp32 scales on the wgmma accumulator, scales
+    in the epilogue unless ``fields`` say otherwise."""
+    kw: dict[str, Any] = dict(scale_format="fp32", accumulator="wgmma", scale_at="epilogue", output_format="bf16")
+    kw.update(fields)
+    _add(
+        Recipe(
+            name,
+            "e4m3",
+            "e4m3",
+            x_gran,
+            w_gran,
+            promote_every=promote_every,
+            validated=True,
+            description=description,
+            **kw,
+        )
+    )
+
+
 for _fast in (False, True):
     _sfx = "-fast" if _fast else ""
     _prom = None if _fast else 128
@@ -467,100 +490,58 @@ for _fast in (False, True):
         if _fast
         else "use_fast_accum=False: the wgmma partial is added into fp32 every 128 K (plain fp32 add)"
     )
-    _add(
-        Recipe(
-            "cublaslt-tensor" + _sfx,
-            "e4m3",
-            "e4m3",
-            "tensor",
-            "tensor",
-            scale_format="fp32",
-            accumulator="wgmma",
-            promote_every=_prom,
-            scale_at="epilogue",
-            epilogue_scale="alpha",
-            output_format="bf16",
-            validated=True,
-            description=f"{_CUBLASLT}, tensorwise fp32 scales; {_acc}; epilogue fp32(fp32(sa*sb) * acc), "
-            "then the output cast (RNE). Split-K (split_k) is the library's choice per shape: see docs",
-        )
+    _library(
+        "cublaslt-tensor" + _sfx,
+        "tensor",
+        "tensor",
+        _prom,
+        f"{_CUBLASLT}, tensorwise fp32 scales; {_acc}; epilogue fp32(fp32(sa*sb) * acc), "
+        "then the output cast (RNE). Split-K (split_k) is the library's choice per shape: see docs",
+        epilogue_scale="alpha",
     )
-    _add(
-        Recipe(
-            "cublaslt-row" + _sfx,
-            "e4m3",
-            "e4m3",
-            "row",
-            "row",
-            scale_format="fp32",
-            accumulator="wgmma",
-            promote_every=_prom,
-            scale_at="epilogue",
-            epilogue_scale="b-then-a",
-            output_format="bf16",
-            validated=True,
-            description=f"{_CUBLASLT}, rowwise (M,1) x (1,N) fp32 scales (outer-vector scaling); {_acc}; "
-            "epilogue fp32(fp32(acc * sb[j]) * sa[i]), then the output cast (RNE)",
-        )
+    _library(
+        "cublaslt-row" + _sfx,
+        "row",
+        "row",
+        _prom,
+        f"{_CUBLASLT}, rowwise (M,1) x (1,N) fp32 scales (outer-vector scaling); {_acc}; "
+        "epilogue fp32(fp32(acc * sb[j]) * sa[i]), then the output cast (RNE)",
+        epilogue_scale="b-then-a",
     )
-_add(
-    Recipe(
-        "cublaslt-block",
-        "e4m3",
-        "e4m3",
-        "1x128",
-        "128x128",
-        scale_format="fp32",
-        accumulator="wgmma",
-        promote_every=128,
-        scale_at="promotion",
-        scale_application="fma",
-        output_format="bf16",
-        split_granule=512,
-        validated=True,
-        description=f"{_CUBLASLT}, blockwise 1x128 activations x 128x128 weights (fast accumulation refused "
-        "by torch): every 128 K the wgmma partial p joins fp32 as fma(fp32(sa*sb), p, acc) -- DeepSeek-V3's "
-        "arithmetic; split-K per shape (see docs). The 128x128 scale tensor must be padded to a multiple of 4 "
-        "blocks along K (docs/libraries.md)",
-    )
+_library(
+    "cublaslt-block",
+    "1x128",
+    "128x128",
+    128,
+    f"{_CUBLASLT}, blockwise 1x128 activations x 128x128 weights (fast accumulation refused "
+    "by torch): every 128 K the wgmma partial p joins fp32 as fma(fp32(sa*sb), p, acc) -- DeepSeek-V3's "
+    "arithmetic; split-K per shape (see docs). The 128x128 scale tensor must be padded to a multiple of 4 "
+    "blocks along K (docs/libraries.md)",
+    scale_at="promotion",
+    scale_application="fma",
+    split_granule=512,
 )
-_add(
-    Recipe(
-        "triton",
-        "e4m3",
-        "e4m3",
-        "row",
-        "row",
-        scale_format="fp32",
-        accumulator="wgmma",
-        promote_every=None,
-        scale_at="epilogue",
-        epilogue_scale="a-then-b",
-        output_format="fp32",
-        validated=True,
-        description=f"{_TRITON}: acc = tl.dot(a, b, acc) with the default max_num_imprecise_acc (2**30 on "
-        "sm_90): the wgmma accumulator runs over all of K for any BLOCK_K; epilogue acc * sa * sb "
-        "(as gpu/capture_libraries.py writes it; a kernel's own epilogue order is its own)",
-    )
+_library(
+    "triton",
+    "row",
+    "row",
+    None,
+    f"{_TRITON}: acc = tl.dot(a, b, acc) with the default max_num_imprecise_acc (2**30 on "
+    "sm_90): the wgmma accumulator runs over all of K for any BLOCK_K; epilogue acc * sa * sb "
+    "(as gpu/capture_libraries.py writes it; a kernel's own epilogue order is its own)",
+    epilogue_scale="a-then-b",
+    output_format="fp32",
 )
 for _imp in (32, 64, 128):
-    _add(
-        Recipe(
-            f"triton-imprecise-{_imp}",
-            "e4m3",
-            "e4m3",
-            "row",
-            "row",
-            scale_format="fp32",
-            accumulator="wgmma",
-            promote_every=_imp,
-            scale_at="epilogue",
-            epilogue_scale="a-then-b",
-            output_format="fp32",
-            validated=True,
-            description=f"{_TRITON}: tl.dot(..., max_num_imprecise_acc={_imp}): the wgmma partial is added "
-            f"into the fp32 accumulator every {_imp} K (BLOCK_K >= {_imp}); epilogue acc * sa * sb",
-        )
+    _library(
+        f"triton-imprecise-{_imp}",
+        "row",
+        "row",
+        _imp,
+        f"{_TRITON}: tl.dot(..., max_num_imprecise_acc={_imp}): the wgmma partial is added "
+        f"into the fp32 accumulator every {_imp} K (BLOCK_K >= {_imp}); epilogue acc * sa * sb",
+        epilogue_scale="a-then-b",
+        output_format="fp32",
     )
 _add(
     Recipe(
