@@ -25,8 +25,16 @@ from .rounding import cast
 from .scaling import QuantizedTensor
 from .tensorcore import get_model
 from .tensorcore import matmul as tc_matmul
-from .tensorcore.cuda import cupy_wgmma_gemm
-from .tensorcore.fast import SCALE_EPILOGUE, SCALE_FMA, SCALE_MUL_ADD, code_tables, fast_kernel_ok, wgmma_gemm
+from .tensorcore.cuda import cupy_wgmma_gemm, device_wgmma_gemm
+from .tensorcore.fast import (
+    SCALE_EPILOGUE,
+    SCALE_FMA,
+    SCALE_MUL_ADD,
+    code_tables,
+    fast_kernel_ok,
+    wgmma_gemm,
+    wgmma_gemm_codes,
+)
 
 __all__ = [
     "scaled_matmul",
@@ -141,6 +149,10 @@ def scaled_matmul(
             "an FP8 accumulator (e.g. 'wgmma')"
         )
     fa, fb = get_format(a_format), get_format(b_format)
+    if type(a_codes).__module__.startswith("cupy"):  # device arrays in, a device array out
+        return _device_scaled_matmul(
+            a_codes, b_codes, sa, sb, fa, fb, kscale, accumulator, promote_every, scale_at, scale_application, fidelity
+        )
     a_codes, b_codes, sa, sb = np.asarray(a_codes), np.asarray(b_codes), np.asarray(sa), np.asarray(sb)
     P, mode = _check(
         a_codes, b_codes, sa, sb, fa, fb, kscale, promote_every, scale_at, scale_application, fidelity, backend
@@ -160,12 +172,15 @@ def scaled_matmul(
             a_codes, b_codes, fa, fb, sa, sb, int(kscale), P, mode, int(model.frac_bits), _keep_bits(model)
         )
     if fidelity == "exact" and model is not None and fast_kernel_ok(model):
-        va, ea, spa = code_tables(fa)
+        keep = np.int32(_keep_bits(model))
+        out = wgmma_gemm_codes(a_codes, b_codes, fa, fb, sa, sb, int(kscale), P, mode, int(model.frac_bits), keep)
+        if out is not None:  # no inf / NaN codes: the packed kernel
+            return out
+        va, ea, spa = code_tables(fa)  # inf / NaN codes: the general kernel
         vb, eb, spb = code_tables(fb)
         bspec = spb[b_codes].any(axis=1)
         askip = np.ascontiguousarray((va[a_codes] == 0) & ~np.isnan(va[a_codes]) & ~bspec[None, :])
         out = np.empty((M, N), np.float32)
-        keep = np.int32(_keep_bits(model))
         with np.errstate(all="ignore"):
             wgmma_gemm(
                 va[a_codes],
@@ -209,6 +224,25 @@ def scaled_matmul(
         with np.errstate(all="ignore"):
             tot = ((sa[:, :1] * sb[:1, :]).astype(np.float32) * tot).astype(np.float32)
     return tot
+
+
+def _device_scaled_matmul(
+    a_codes, b_codes, sa, sb, fa, fb, kscale, accumulator, promote_every, scale_at, scale_application, fidelity
+):
+    """:func:`scaled_matmul` on CuPy device arrays (``b_codes`` may be the transposed view of an
+    (N, Kp) array: the kernel reads that layout without a copy)."""
+    P, mode = _check(
+        a_codes, b_codes, sa, sb, fa, fb, kscale, promote_every, scale_at, scale_application, fidelity, "cupy"
+    )
+    model = None if accumulator == "fp64" else get_model(accumulator)
+    if not (fidelity == "exact" and model is not None and fast_kernel_ok(model)):
+        raise NotImplementedError(
+            "backend='cupy' implements the fused wgmma-type accumulator models "
+            f"(fidelity='exact') only, not {accumulator!r} / {fidelity!r}"
+        )
+    return device_wgmma_gemm(
+        a_codes, b_codes, fa, fb, sa, sb, int(kscale), P, mode, int(model.frac_bits), _keep_bits(model)
+    )
 
 
 def k_slices(K: int, split_k: int, granule: int) -> list[tuple[int, int]]:

@@ -51,13 +51,14 @@ from dataclasses import replace
 import numpy as np
 
 from ._inputs import flag, float_input
+from .device import is_device_array
 from .gemm_core import cast_output, scaled_matmul, wide_matmul
 from .gemm_report import SOURCES, GemmReport, fp8_gemm_report, wide_gemm_report
 from .recipes import Recipe
 from .recipes import recipe as get_recipe
 from .scaled import pad_k, padded_k, run_codes
-from .scaling import DelayedScaling, Granularity, Group, PerColumn, PerRow, QuantizedTensor, Tile, quantize
-from .scaling import granularity as as_granularity
+from .scaling import QuantizedTensor, quantize
+from .scaling.orientation import along_k, transpose_granularity
 
 __all__ = [
     "gemm",
@@ -112,26 +113,6 @@ def _check_inputs(x, w, layout: str):
 
 
 # ------------------------------------------------------------------ orientation along K
-def transpose_granularity(g) -> Granularity:
-    """The granularity of the transpose of a 2-D tensor: the same blocks, axes swapped.
-
-    ``Tile(r, c)`` becomes ``Tile(c, r)`` (``1x128`` -> ``128x1``), per row becomes per column and
-    back, groups and MX / NVFP4 blocks move to the other axis; per tensor and delayed scaling stay.
-    """
-    g = as_granularity(g)
-    if isinstance(g, Tile):
-        return Tile(g.cols, g.rows)
-    if isinstance(g, Group):  # MX and NVFP4 are Groups
-        if g.axis not in (-2, -1, 0, 1):
-            raise ValueError(f"transpose_granularity: {g.name} has axis {g.axis}, not an axis of a 2-D tensor")
-        return replace(g, axis=0 if g.axis in (-1, 1) else -1)
-    if isinstance(g, PerRow):
-        return PerColumn()
-    if isinstance(g, PerColumn):
-        return PerRow()
-    return g  # PerTensor, DelayedScaling: one scale, nothing to reorient
-
-
 def _transpose_q(q: QuantizedTensor) -> QuantizedTensor:
     """The QuantizedTensor of a 2-D ``q``'s transpose: codes, scales, amax AND granularity
     transposed, so that ``_transpose_q(q).dequantize() == q.dequantize().T``."""
@@ -152,27 +133,6 @@ def _transpose_q(q: QuantizedTensor) -> QuantizedTensor:
         granularity=g,
         _view=None,
     )
-
-
-def along_k(g, operand: str) -> Granularity:
-    """The one orientation rule: a recipe granularity is spelled for an operand whose last axis is
-    K -- ``x (M, K)``, and ``w`` as torch stores it, ``(N, K)`` (``"1x128"``: 128 along K).  This
-    gives it for the operand as the GEMM takes it: ``operand="x"``, ``x (M, K)``, as is;
-    ``operand="w"``, ``w (K, N)``, transposed (:func:`transpose_granularity`).  A granularity
-    object with state (delayed scaling) is returned as is."""
-    if operand not in ("x", "w"):
-        raise ValueError(f"along_k: operand must be 'x' (an (M, K) operand) or 'w' (a (K, N) one), got {operand!r}")
-    given = g
-    g = as_granularity(g)
-    if isinstance(g, DelayedScaling) and not isinstance(given, Granularity):
-        raise ValueError(
-            f"along_k: granularity {given!r} given by name makes a new DelayedScaling, with an empty amax "
-            "history, on every GEMM, so every operand would get the scale 1.0; build the recipe with a "
-            "DelayedScaling object (fp8sim.granularity('delayed')), which keeps the history"
-        )
-    if operand == "w":
-        return transpose_granularity(g)
-    return g
 
 
 # ------------------------------------------------------------------ quantization
@@ -241,6 +201,23 @@ def _fp8(qx: QuantizedTensor, qw: QuantizedTensor, r: Recipe, fidelity: str, bac
     return y32, parts
 
 
+def _gemm_on_device(x, w, r: Recipe, report: bool, layout: str, fidelity: str):
+    """:func:`gemm` on GPU device arrays (:mod:`fp8sim.device`): a CuPy array out."""
+    from .device import as_cupy, gemm_device, is_device_array
+
+    if not (is_device_array(x) and is_device_array(w)):
+        raise TypeError("fp8sim.gemm: x and w must both be device arrays (CuPy or CUDA torch) or both host arrays")
+    if report:
+        raise NotImplementedError("fp8sim.gemm: report=True needs host arrays (the report's fp64 GEMMs run on the CPU)")
+    if fidelity != "exact":
+        raise NotImplementedError("fp8sim.gemm: fidelity='fast' on device arrays; the GPU path is the exact model")
+    if not r.is_fp8:  # the wide recipes: computed on the host, returned on the device
+        import cupy as cp
+
+        return cp.asarray(gemm(cp.asnumpy(as_cupy(x)), cp.asnumpy(as_cupy(w)), r, layout=layout))
+    return gemm_device(x, w, r, layout)
+
+
 # ------------------------------------------------------------------ public
 def gemm(
     x,
@@ -264,7 +241,9 @@ def gemm(
     report : also return a :class:`GemmReport` (costs a few fp64 GEMMs and one more model GEMM)
     layout : ``"kn"`` or ``"nk"``
     backend : ``"cpu"`` (numba) or ``"cupy"`` (the same arithmetic as a CUDA-core kernel on an NVIDIA
-        GPU, bit-identical; needs CuPy; wgmma-type accumulators and fidelity="exact" only)
+        GPU, bit-identical; needs CuPy; wgmma-type accumulators and fidelity="exact" only).  With
+        ``"cupy"``, ``x`` and ``w`` may be CuPy arrays or CUDA torch tensors: quantization, kernel
+        and output cast then run on the GPU (:mod:`fp8sim.device`) and the result is a CuPy array
     baseline : the BF16 recipe the report compares against: ``"bf16"`` (numpy's float32 BLAS, the
         fast option) or ``"bf16-cublaslt"`` (the BF16 GEMM the H200 computes, cuBLASLt's
         arithmetic; pass ``.with_(split_k=...)`` for the library's split at your shape)
@@ -286,12 +265,20 @@ def gemm(
         raise ValueError(f"fp8sim.gemm: backend must be 'cpu' or 'cupy', got {backend!r}")
     if fidelity not in ("exact", "fast"):
         raise ValueError(f"fp8sim.gemm: fidelity must be 'exact' or 'fast', got {fidelity!r}")
+    if backend == "cupy" and (is_device_array(x) or is_device_array(w)):
+        return _gemm_on_device(x, w, r, report, layout, fidelity)
     x, w = _check_inputs(x, w, layout)
     if not r.is_fp8:
         y = wide_matmul(x, w, r)
         if report:
             return y, wide_gemm_report(x, w, r, y, baseline)
         return y
+    if r.block_scaled:  # MX / NVFP4 scales folded into the MMA (Blackwell): fp8sim.tensorcore.block_gemm
+        if report:
+            raise NotImplementedError(f"fp8sim.gemm: report=True is not available for block-scaled recipes ({r.name})")
+        from .tensorcore.block_gemm import block_scaled_gemm
+
+        return block_scaled_gemm(x, w, r)
     qx, qw = quantize_operands(x, w, r)
     for name, q in (("x", qx), ("w", qw)):
         if q.format.bits != 8 or not q.format.fits_float32:

@@ -54,7 +54,17 @@ from ._names import unknown_name_error
 from .formats import CATALOGUE, Format, format_names
 from .formats import format as _get_format
 
-__all__ = ["Recipe", "recipe", "recipe_names", "PRESETS", "accumulator_names", "is_int", "BF16_ACCUMULATORS"]
+__all__ = [
+    "Recipe",
+    "recipe",
+    "recipe_names",
+    "PRESETS",
+    "accumulator_names",
+    "arch_accumulator_names",
+    "is_block_scaled",
+    "is_int",
+    "BF16_ACCUMULATORS",
+]
 
 WIDE_FORMATS = ("bf16", "fp32", "fp64")
 OUTPUT_FORMATS = ("bf16", "fp32", "fp64")
@@ -80,7 +90,26 @@ def accumulator_names() -> list[str]:
     return [instruction for arch, instruction in model_names() if arch == "sm90"] + ["fp64"]
 
 
-def _operand_format(v, who: str, which: str):
+def arch_accumulator_names() -> list[str]:
+    """The accumulators of the other architectures, spelled ``"arch:key"``
+    (``"sm100:tcgen05.mma.kind::f8f6f4"``, ``"cdna3:mfma"``, ...): every registry preset of
+    :mod:`fp8sim.tensorcore` beyond sm90 ("matches MMA-Sim", not validated on hardware here)."""
+    from .tensorcore import model_names
+
+    return [f"{arch}:{instruction}" for arch, instruction in model_names() if arch not in ("sm90", "any")]
+
+
+def is_block_scaled(accumulator) -> bool:
+    """Whether an accumulator name is a block-scaled MMA (``kind::mxf8f6f4``, ``kind::mxf4``,
+    ``kind::mxf4nvf4``): the scales are folded into the instruction, not applied at promotion."""
+    return isinstance(accumulator, str) and "kind::mxf" in accumulator
+
+
+#: element formats of the block-scaled MMAs (FP8, FP6, FP4)
+BLOCK_SCALED_FORMATS = ("e4m3", "e5m2", "e3m2", "e2m3", "e2m1")
+
+
+def _operand_format(v, who: str, which: str, narrow: bool = False):
     """A wide format name ("bf16", "fp32", "fp64"), or the 8-bit format of an FP8 operand: its
     catalogue name when it is the catalogue's format of that name, else the Format itself."""
     if isinstance(v, str) and v.strip().lower() in WIDE_FORMATS:
@@ -102,6 +131,8 @@ def _operand_format(v, who: str, which: str):
     for wide in ("bf16", "fp32"):
         if f == CATALOGUE[wide]:
             return wide
+    if narrow and f.name in BLOCK_SCALED_FORMATS and CATALOGUE.get(f.name) == f:
+        return f.name
     if f.bits != 8 or not f.fits_float32 or not f.signed or not f.subnormals:
         why = (
             f"{f.bits} bits"
@@ -188,8 +219,9 @@ class Recipe:
         if not isinstance(self.name, str) or not self.name.strip():
             raise TypeError(f"Recipe: name must be a non-empty string, got {self.name!r}")
         who = f"Recipe {self.name!r}"
+        block = is_block_scaled(self.accumulator)
         for which in ("x_format", "w_format"):
-            object.__setattr__(self, which, _operand_format(getattr(self, which), who, which))
+            object.__setattr__(self, which, _operand_format(getattr(self, which), who, which, narrow=block))
         if (self.x_format in WIDE_FORMATS) != (self.w_format in WIDE_FORMATS):
             raise ValueError(
                 f"{who}: both operands must be FP8 or both wide, got {_fmt_name(self.x_format)!r} and "
@@ -240,7 +272,10 @@ class Recipe:
             if g in WIDE_FORMATS:
                 raise ValueError(f"{who}: grad_format must be None or an 8-bit format (e.g. 'e5m2'), got {g!r}")
             object.__setattr__(self, "grad_format", g)
-        self._check_scaling(who)
+        if block:
+            self._check_block_scaled(who)
+        else:
+            self._check_scaling(who)
         if self.grad_format is not None:
             self.backward()  # the backward recipe must be valid too (raises here, not in training)
 
@@ -250,7 +285,7 @@ class Recipe:
         a = self.accumulator
         if isinstance(a, AccumulatorModel):
             return
-        known = tuple(accumulator_names())
+        known = tuple(accumulator_names()) + tuple(arch_accumulator_names())
         if not isinstance(a, str):
             raise TypeError(
                 f"{who}: accumulator must be one of {list(known)} or an AccumulatorModel, got {type(a).__name__}"
@@ -311,6 +346,54 @@ class Recipe:
                 f"{who}: split_granule ({self.split_granule}) must be a multiple of the K scale "
                 f"blocks ({', '.join(map(str, sorted(set(blocks.values()))))}): slices start on block boundaries"
             )
+
+    def _check_block_scaled(self, who: str) -> None:
+        """A recipe on a block-scaled MMA: MX (UE8M0 per 32) or NVFP4 (UE4M3 per 16) granularities
+        that the instruction takes, formats it multiplies, no promotion, no split-K."""
+        from .scaling import NVFP4, Group
+        from .scaling import granularity as _granularity
+        from .tensorcore import archs, get_model
+
+        assert isinstance(self.accumulator, str)
+        arch, _, key = self.accumulator.partition(":")
+        row = next(r for r in archs.ROWS if (r.arch, r.key) == (arch, key))
+        takes = {("ue8m0" if s == "e8m0" else s, b) for s, b in row.scales}
+        for which in ("x_granularity", "w_granularity"):
+            try:
+                g = _granularity(getattr(self, which))
+            except (TypeError, ValueError) as e:
+                raise type(e)(f"{who}: {which}: {e}") from None
+            if isinstance(g, NVFP4):
+                sc = ("ue4m3", g.size)
+            elif isinstance(g, Group) and g.name.startswith("mx"):
+                sc = ("ue8m0", g.size)
+            else:
+                sc = None
+            if sc is None or sc not in takes or getattr(g, "axis", None) not in (-1, 1):
+                raise ValueError(
+                    f"{who}: {which} {g.name!r}: accumulator {self.accumulator!r} folds block scales into the "
+                    f"MMA and takes {', '.join(f'{s} per {b}' for s, b in sorted(takes))} along K "
+                    "(granularity 'mx32', 'mx16' or 'nvfp4')"
+                )
+        for which in ("x_format", "w_format"):
+            if getattr(self, which) not in row.formats:
+                raise ValueError(
+                    f"{who}: {which} {_fmt_name(getattr(self, which))!r}: accumulator {self.accumulator!r} "
+                    f"multiplies {', '.join(row.formats)}"
+                )
+        if self.promote_every is not None or self.split_k != 1 or self.scale_at != "epilogue":
+            raise ValueError(
+                f"{who}: accumulator {self.accumulator!r} accumulates over all of K with the scales inside "
+                "the MMA: it needs promote_every=None, split_k=1 and scale_at='epilogue' (where an NVFP4 "
+                "tensor scale is applied)"
+            )
+        get_model(self.accumulator)  # type: ignore[arg-type]
+
+    @property
+    def block_scaled(self) -> bool:
+        """True for a recipe whose scales are folded into a block-scaled MMA (run by
+        :func:`fp8sim.tensorcore.block_gemm.block_scaled_gemm`)."""
+        return is_block_scaled(self.accumulator)
 
     @property
     def is_fp8(self) -> bool:
@@ -622,3 +705,76 @@ def recipe(name) -> Recipe:
     if key not in PRESETS:
         raise unknown_name_error("recipe", name, PRESETS)
     return PRESETS[key]
+
+
+# ---- beyond Hopper (issue 16): emulated on the MMA-Sim models, NOT validated on hardware
+_NOT_HW = "Emulated, not validated on hardware: the accumulator matches MMA-Sim (validated by its authors)."
+_add(
+    Recipe(
+        "deepseek-v3-blackwell",
+        "e4m3",
+        "e4m3",
+        "1x128",
+        "128x128",
+        scale_format="fp32",
+        accumulator="sm100:tcgen05.mma.kind::f8f6f4",
+        promote_every=128,
+        scale_at="promotion",
+        scale_application="fma",
+        output_format="bf16",
+        description="DeepSeek-V3's scaling (E4M3, 1x128 / 128x128 fp32 scales, fma promotion every 128, bf16 "
+        "out) on Blackwell's tcgen05.mma kind::f8f6f4 accumulator (25 fraction bits, truncation, RZ to fp32). "
+        + _NOT_HW,
+    )
+)
+_add(
+    Recipe(
+        "mxfp8-blackwell",
+        "e4m3",
+        "e4m3",
+        "mx32",
+        "mx32",
+        scale_format="e8m0",
+        accumulator="sm100:tcgen05.mma.kind::mxf8f6f4",
+        promote_every=None,
+        scale_at="epilogue",
+        output_format="bf16",
+        description="OCP MXFP8 on Blackwell: E4M3 with UE8M0 scales per 32 along K folded into tcgen05.mma "
+        "kind::mxf8f6f4 (each product carries its scales' exponents; one 25-bit accumulation over all of K, "
+        "no separate promotion), bf16 out. " + _NOT_HW,
+    )
+)
+_add(
+    Recipe(
+        "mxfp4",
+        "e2m1",
+        "e2m1",
+        "mx32",
+        "mx32",
+        scale_format="e8m0",
+        accumulator="sm100:tcgen05.mma.kind::mxf4",
+        promote_every=None,
+        scale_at="epilogue",
+        output_format="bf16",
+        description="OCP MXFP4 on Blackwell: E2M1 with UE8M0 scales per 32 along K in tcgen05.mma kind::mxf4 "
+        "(exact sums of 16 products, scaled, 35-bit fused accumulation), bf16 out. " + _NOT_HW,
+    )
+)
+_add(
+    Recipe(
+        "nvfp4",
+        "e2m1",
+        "e2m1",
+        "nvfp4",
+        "nvfp4",
+        accumulator="sm100:tcgen05.mma.kind::mxf4nvf4",
+        promote_every=None,
+        scale_at="epilogue",
+        output_format="bf16",
+        description="NVFP4 as TransformerEngine's NVFP4BlockScaling quantizes the forward GEMM: E2M1 with a UE4M3 "
+        "scale per 16 elements along K times an fp32 tensor scale (applied as the GEMM's alpha), RNE, on "
+        "tcgen05.mma kind::mxf4nvf4, bf16 out. Not modelled here: TE's 16x16 2D weight blocks (weights use "
+        "1x16 along K), the random Hadamard transform of the Wgrad inputs, stochastic rounding of gradients "
+        "(fp8sim.quantize(mode='sr') on the backward operands) and the layers kept in BF16. " + _NOT_HW,
+    )
+)

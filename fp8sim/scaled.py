@@ -51,21 +51,31 @@ def padded_k(K: int, promote_every: int | None) -> int:
     return -(-K // step) * step
 
 
+def _xp(a):
+    """The array module of ``a``: CuPy for CuPy device arrays, else NumPy."""
+    if type(a).__module__.startswith("cupy"):
+        import cupy
+
+        return cupy
+    return np
+
+
 def pad_k(codes: np.ndarray, Kp: int, axis: int) -> np.ndarray:
-    """``codes`` zero-padded along ``axis`` (its K axis) to ``Kp`` (contiguous)."""
+    """``codes`` zero-padded along ``axis`` (its K axis) to ``Kp`` (contiguous; NumPy or CuPy)."""
+    xp = _xp(codes)
     K = codes.shape[axis]
     if Kp == K:
-        return np.ascontiguousarray(codes)
+        return xp.ascontiguousarray(codes)
     pad = [(0, 0), (0, 0)]
     pad[axis] = (0, Kp - K)
-    return np.pad(codes, pad)
+    return xp.pad(codes, pad)
 
 
 def _slice_scales(s: np.ndarray, axis: int, k0: int, k1: int, kscale: int) -> np.ndarray:
     if s.shape[axis] == 1:
         return s
     sl = slice(k0 // kscale, -(-k1 // kscale))
-    return np.ascontiguousarray(s[:, sl] if axis == 1 else s[sl])
+    return _xp(s).ascontiguousarray(s[:, sl] if axis == 1 else s[sl])
 
 
 def run_codes(A, B, sa, sb, kscale: int, a_format, b_format, r: Recipe, *, K=None, fidelity="exact", backend="cpu"):
@@ -94,7 +104,8 @@ def run_codes(A, B, sa, sb, kscale: int, a_format, b_format, r: Recipe, *, K=Non
     if r.split_k == 1 and (not epi or r.epilogue_scale == "alpha"):
         return scaled_matmul(A, B, sa, sb, kscale=kscale, scale_at=r.scale_at, **kw)
     M, N = A.shape[0], B.shape[1]
-    ones_a, ones_b = np.ones((M, 1), np.float32), np.ones((1, N), np.float32)
+    xp = _xp(A)
+    ones_a, ones_b = xp.ones((M, 1), np.float32), xp.ones((1, N), np.float32)
 
     def part(k0: int, k1: int) -> np.ndarray:
         n = padded_k(k1 - k0, r.promote_every)

@@ -27,6 +27,10 @@ NAMES = [
     "bf16-cublaslt",
     "fp32",
     "fp64",
+    "deepseek-v3-blackwell",
+    "mxfp8-blackwell",
+    "mxfp4",
+    "nvfp4",
 ]
 
 

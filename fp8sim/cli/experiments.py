@@ -293,6 +293,10 @@ def _train(args) -> int:
     for n in names:
         with option_errors("--recipes"):  # the message lists the known names
             recipe(n)
+    if getattr(args, "backend", "numpy") == "torch":
+        from .train_torch import run as run_torch
+
+        return run_torch(args, names)
     if args.steps < 1:
         raise UsageError(f"--steps must be positive, got {args.steps}")
     check_out_dir(args.out, force=args.force, writes=TRAIN_FILES)
@@ -324,6 +328,9 @@ def _train(args) -> int:
 
 @_train.arguments
 def _train_args(p):
+    from .train_torch import add_arguments as torch_arguments
+
+    torch_arguments(p)
     p.add_argument(
         "--recipes",
         default=None,

@@ -40,6 +40,11 @@ _MODE_NAMES = ", ".join(MODES)
 def _info(args) -> int:
     from .. import formats
 
+    if args.models:
+        from ..tensorcore import models_listing
+
+        print(models_listing())
+        return 0
     if args.all or not args.name:
         fmts = list(formats.CATALOGUE.values())
     else:
@@ -61,6 +66,7 @@ def _info_args(p):
     p.add_argument("name", nargs="?", help="format name (e4m3, e5m2, e8m0, bf16, ...)")
     p.add_argument("--all", action="store_true", help="side-by-side table of every catalogue format")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--models", action="store_true", help="every tensor-core model with its evidence label")
 
 
 # ---------------------------------------------------------------- round

@@ -31,6 +31,11 @@ The package:
 * :mod:`~fp8sim.tensorcore.codes` -- :func:`code_table`, the per-code tables of an 8-bit format;
 * :mod:`~fp8sim.tensorcore.bitexact` -- the bit-level reference kernels;
 * :mod:`~fp8sim.tensorcore.api` -- :func:`mma` and :func:`matmul`;
+* :mod:`~fp8sim.tensorcore.archs` -- the instruction table beyond Hopper (sm89, sm100, sm120,
+  cdna3: formats, shapes, scales, evidence), :func:`models_listing`;
+* :mod:`~fp8sim.tensorcore.scaled_mma` -- their GEMMs (block scales, FP4 groups, CDNA3) on the numba
+  kernels of :mod:`~fp8sim.tensorcore.mma_kernels`; :mod:`~fp8sim.tensorcore.block_gemm` -- the
+  recipes whose block scales are folded into the MMA (MXFP8, MXFP4, NVFP4 on Blackwell);
 * :mod:`~fp8sim.tensorcore.captures` -- :func:`verify_capture` and the hardware captures;
 * :mod:`~fp8sim.tensorcore.fast` -- the fast numba GEMM kernel of the wgmma-type models
   (used by :func:`fp8sim.gemm`), and :mod:`~fp8sim.tensorcore.cuda` its CUDA twin.
@@ -42,6 +47,7 @@ vectors in tests/data/, checked bit for bit by tests/test_tensorcore.py).
 
 from ..formats import UnknownNameError as UnknownNameError  # raised by every lookup here
 from .api import matmul, mma
+from .archs import models_listing
 from .captures import (
     CaptureError,
     NotTensorCoreCaptureError,
@@ -75,4 +81,5 @@ __all__ = [
     "bits_identical",
     "CodeTable",
     "code_table",
+    "models_listing",
 ]

@@ -11,10 +11,12 @@ import numpy as np
 
 from ..formats import Format
 from ..formats import format as _get_format
+from . import archs
 from .bitexact import matmul_kernel
 from .codes import code_table
 from .model import K_INSTR, AccumulatorModel, instruction_order, model_params
-from .registry import get_model
+from .registry import PRESETS, get_model
+from .scaled_mma import decode_scales, general_kernel_ok, run_general
 
 __all__ = ["mma", "matmul"]
 
@@ -128,66 +130,313 @@ def _check_c(c, M, N):
     return c
 
 
-def mma(a, b, c, *, a_format, b_format, instruction="wgmma", arch: str = "sm90") -> np.ndarray:
-    """One FP8 tensor-core instruction D = A @ B + C (K = 32), bit-exact.
+def _legacy_ok(model: AccumulatorModel) -> bool:
+    """Whether the sm90 bit-level kernel (:mod:`~fp8sim.tensorcore.bitexact`) computes ``model``."""
+    return (
+        model.kind in ("fused", "exact", "fp32")
+        and model.instr_k == K_INSTR
+        and model.zero_exponent is None
+        and model.group == 1
+        and model.overflow == "ieee"
+    )
+
+
+def _fmt(name, which: str) -> Format:
+    if name is None:
+        raise TypeError(f"{which} is required (e.g. 'e4m3' or 'e5m2')")
+    return _get_format(name)
+
+
+def _scales(a_scale, b_scale, scale_format, M: int, N: int, K: int):
+    """(scale Format, block, decoded scales) of the block scales, or None without scales."""
+    if a_scale is None and b_scale is None:
+        if scale_format is not None:
+            raise ValueError("scale_format given without a_scale and b_scale")
+        return None
+    if a_scale is None or b_scale is None:
+        raise ValueError("block scales need both a_scale (M, K // block) and b_scale (K // block, N)")
+    sf = archs.scale_format("ue8m0" if scale_format is None else scale_format)
+    sa = np.asarray(a_scale)
+    sb = np.asarray(b_scale)
+    for name, x in (("a_scale", sa), ("b_scale", sb)):
+        if x.dtype != np.uint8:
+            raise TypeError(f"{name} must hold uint8 {sf.name} codes, got dtype {x.dtype}")
+        if x.ndim != 2:
+            raise ValueError(f"{name} must be 2-D, got shape {x.shape}")
+    nbk = sa.shape[1]
+    if sa.shape[0] != M or nbk == 0 or K % nbk or sb.shape != (nbk, N):
+        raise ValueError(
+            f"a_scale must have shape (M, K // block) = ({M}, K // block) and b_scale (K // block, N) = "
+            f"(K // block, {N}) with the same block dividing K = {K}; got {sa.shape} and {sb.shape}"
+        )
+    block = K // nbk
+    sam, sae = decode_scales(sa, sf)
+    sbm, sbe = decode_scales(sb, sf)
+    return sf, block, (sam, sae, sbm, sbe, block)
+
+
+def _general(a, b, c, fa, fb, model: AccumulatorModel, promote: int, scales, out16: bool) -> np.ndarray:
+    """The instruction chain on the kernels of :mod:`~fp8sim.tensorcore.scaled_mma` (2-D operands)."""
+    why = general_kernel_ok(model)
+    if why is not None:
+        raise ValueError(f"model {model.name!r} cannot run with these operands: {why}")
+    M, K = a.shape
+    N = b.shape[1]
+    if K % model.block:
+        raise ValueError(f"K = {K} must be a multiple of the model's block ({model.block})")
+    if scales is not None and model.group > 1 and scales[1] % model.group:
+        raise ValueError(f"the scale block ({scales[1]}) must be a multiple of the model's group ({model.group})")
+    if c is None:
+        c64 = np.zeros((M, N), np.float64)
+    else:
+        c64 = np.asarray(c, dtype=np.float64)
+        if model.output == "f16" and promote <= 0:
+            with np.errstate(over="ignore"):
+                c64 = c64.astype(np.float16).astype(np.float64)
+    with np.errstate(all="ignore"):
+        d = run_general(a, b, c64, fa, fb, model, promote, scales[2] if scales is not None else None).astype(np.float32)
+    nan = np.isnan(d)
+    if out16 and promote <= 0:
+        h = d.astype(np.float16)
+        h.view(np.uint16)[nan] = np.uint16(0x7FFF)
+        return h
+    d.view(np.uint32)[nan] = np.uint32(model.nan_bits)
+    return d
+
+
+def _select(instruction, arch, fa: Format, fb: Format, K: int, out_format, scale):
+    """(model, returns float16) for the instruction name or model and the operands."""
+    if out_format not in ("f32", "f16"):
+        raise ValueError(f"out_format must be 'f32' or 'f16', got {out_format!r}")
+    if isinstance(instruction, AccumulatorModel):
+        if out_format == "f16" and instruction.output != "f16":
+            raise ValueError(f"out_format='f16' needs a model with output 'f16', got {instruction.output!r}")
+        return instruction, out_format == "f16"
+    if not isinstance(instruction, str):
+        raise TypeError(f"instruction must be a name or an AccumulatorModel, got {type(instruction).__name__}")
+    if not isinstance(arch, str):
+        raise TypeError(f"arch must be a name such as 'sm90', got {type(arch).__name__}")
+    if archs.rows_for(arch, instruction):  # a base name: the row of these operands
+        try:
+            row = archs.resolve(arch, instruction, fa, fb, K, out_format, scale)
+            if row is None:
+                raise ValueError(f"no {arch} {instruction} model for {fa.name} x {fb.name}, K={K}, {out_format}")
+            return row.model, out_format == "f16"
+        except ValueError:
+            key = (arch.strip().lower(), instruction.strip().lower())
+            if fa.bits == 8 and fb.bits == 8 and scale is None and out_format == "f32" and key in PRESETS:
+                return PRESETS[key], False  # the sm90 presets take any 8-bit format, as they always have
+            raise
+    key = (arch.strip().lower(), instruction.strip().lower())
+    model = next((r.model for r in archs.ROWS if (r.arch, r.key) == key), None)
+    if model is None:
+        model = get_model(instruction, arch)
+    if out_format == "f16" and model.output != "f16":
+        raise ValueError(f"out_format='f16' needs an instruction with an f16 accumulator, got {instruction!r}")
+    return model, out_format == "f16"
+
+
+def _dispatch(a, b, c, fa, fb, model, promote, scales, out16):
+    """Run one chain: the sm90 bit-level kernel for the H200-validated presets and the models only it
+    computes (bit-identical as before), else the kernels of :mod:`~fp8sim.tensorcore.scaled_mma`."""
+    K = a.shape[-1]
+    if (
+        scales is None
+        and _legacy_ok(model)
+        and (model.validated or model.kind != "fused" or general_kernel_ok(model) is not None)
+        and K % K_INSTR == 0
+        and fa.bits == 8
+        and fb.bits == 8
+        and fa.fits_float32
+        and fb.fits_float32
+        and not out16
+    ):
+        return _run(a, b, c, fa, fb, model, promote)
+    if model.kind in ("exact", "fp32") or (model.kind == "fused" and _needs_legacy(model)):
+        raise ValueError(
+            f"model {model.name!r} runs on 8-bit operands with K a multiple of 32 only "
+            f"(got {fa.name} x {fb.name}, K={K}" + (", block scales)" if scales is not None else ")")
+        )
+    batch = _batch_shape(a, b, c)
+    M, N = a.shape[-2], b.shape[-1]
+    nb = math.prod(batch)
+    dt = np.float16 if out16 and promote <= 0 else np.float32
+    if nb * M * N == 0:
+        return np.zeros(batch + (M, N), dt)
+    if K == 0:
+        if c is None:
+            return np.zeros(batch + (M, N), dt)
+        return np.array(np.broadcast_to(c, batch + (M, N)), dtype=dt)
+    a3 = np.broadcast_to(a, batch + (M, K)).reshape((nb, M, K))
+    b3 = np.broadcast_to(b, batch + (K, N)).reshape((nb, K, N))
+    c3 = None if c is None else np.broadcast_to(c, batch + (M, N)).reshape((nb, M, N))
+    outs = [
+        _general(a3[t], b3[t], None if c3 is None else c3[t], fa, fb, model, promote, scales, out16) for t in range(nb)
+    ]
+    return np.stack(outs).reshape(batch + (M, N))
+
+
+def _needs_legacy(model: AccumulatorModel) -> bool:
+    return general_kernel_ok(model) is not None
+
+
+def _check_any_codes(x, name: str, fmt: Format) -> np.ndarray:
+    x = np.asarray(x)
+    want = fmt.code_dtype
+    if x.dtype != want:
+        raise TypeError(f"{name} must hold {want} codes of {fmt.name}, got dtype {x.dtype}")
+    if x.ndim < 2:
+        raise ValueError(f"{name} must have at least 2 dimensions, got shape {x.shape}")
+    return x
+
+
+def _check_c16(c, M, N, out16: bool):
+    if out16 and c is not None and np.asarray(c).dtype == np.float16:
+        c = np.asarray(c)
+        if c.ndim < 2 or c.shape[-2:] != (M, N):
+            raise ValueError(f"c must have shape (..., {M}, {N}), got {c.shape}")
+        return c.astype(np.float32)
+    return _check_c(c, M, N)
+
+
+def mma(
+    a,
+    b,
+    c,
+    *,
+    a_format,
+    b_format,
+    instruction: str | AccumulatorModel = "wgmma",
+    arch: str = "sm90",
+    out_format: str = "f32",
+    a_scale=None,
+    b_scale=None,
+    scale_format=None,
+) -> np.ndarray:
+    """One tensor-core instruction D = A @ B + C, bit-exact.
 
     Parameters
     ----------
     a:
-        uint8 codes of shape (..., M, 32) in ``a_format``.
+        Codes of shape (..., M, K) in ``a_format``, one element per code: uint8 for formats of up
+        to 8 bits (FP6/FP4 codes in the low bits), uint16 for bf16/fp16, uint32 for tf32 (its
+        19-bit code).  K is the instruction's (32 for FP8/FP6/FP4, 64 for block-scaled FP4,
+        16 for bf16/fp16, 8 for tf32; sm89/sm120 ``mma.sync`` and ``mfma`` also take 16).
     b:
-        uint8 codes of shape (..., 32, N) in ``b_format``.
+        Codes of shape (..., K, N) in ``b_format``.  M and N are free (every output is independent).
     c:
-        float32 array (..., M, N).  Batch dimensions broadcast.
+        float32 array (..., M, N) (float16 for f16 outputs; float32 C is then rounded to fp16).
+        Batch dimensions broadcast.
     a_format, b_format:
-        ``"e4m3"`` or ``"e5m2"`` (or Format objects).
+        Operand formats (names or Format objects): e4m3, e5m2, e3m2, e2m3, e2m1, e4m3fnuz,
+        e5m2fnuz, bf16, fp16, tf32, as the instruction takes them.
     instruction:
-        ``"wgmma"``, ``"mma.sync"``, ``"wgmma.f16"`` (C/D held in fp16),
-        ``"exact"``, ``"fp32"`` or an :class:`AccumulatorModel`.
+        A base name -- ``"mma.sync"``, ``"wgmma"``, ``"tcgen05.mma"``, ``"mfma"`` -- whose kind
+        follows from the formats, K and the scales (:mod:`fp8sim.tensorcore.archs` has the table
+        and the mapping); a registry key (``"wgmma.f16"``, ``"exact"``, ``"fp32"``,
+        ``"tcgen05.mma.kind::mxf4nvf4"``, ...); or an :class:`AccumulatorModel`.
     arch:
-        Architecture of the preset (``"sm90"``).
+        ``"sm89"``, ``"sm90"``, ``"sm100"``, ``"sm120"`` or ``"cdna3"``.
+    out_format:
+        ``"f32"`` or ``"f16"`` (D held in fp16: the result is a float16 array).  The registry
+        keys ending in ``.f16`` (``"wgmma.f16"``) return their fp16 values as float32, as before.
+    a_scale, b_scale, scale_format:
+        Block scales: uint8 codes of shape (M, K // block) and (K // block, N), one per ``block``
+        elements along K, in ``scale_format`` (``"ue8m0"``, the default, or ``"ue4m3"``).
 
     Returns
     -------
-    float32 array (..., M, N).
+    float32 array (..., M, N) (float16 for ``out_format="f16"``).  NaN is the canonical NaN.
     """
-    model = get_model(instruction, arch)
-    a = _check_codes(a, "a")
-    b = _check_codes(b, "b")
-    if a.shape[-1] != K_INSTR:
-        raise ValueError(f"a must have shape (..., M, 32) for one instruction, got {a.shape}")
-    if b.shape[-2] != K_INSTR:
-        raise ValueError(f"b must have shape (..., 32, N) for one instruction, got {b.shape}")
-    c = _check_c(c, a.shape[-2], b.shape[-1])
-    return _run(a, b, c, a_format, b_format, model, 0)
-
-
-def matmul(
-    a, b, c=None, *, a_format, b_format, instruction="wgmma", arch: str = "sm90", promote_every=None
-) -> np.ndarray:
-    """D = A @ B (+ C) as a tensor-core tile loop along K, bit-exact.
-
-    The K dimension is processed by consecutive K = 32 instructions in order,
-    the accumulator staying in the instruction's output format.  With
-    ``promote_every`` (a multiple of 32, in K elements) the tensor-core
-    partial is added into a separate fp32 accumulator (IEEE RNE addition)
-    every ``promote_every`` elements and restarted from zero; a remainder is
-    added at the end (DeepGEMM / CUTLASS ``GmmaFP8Accumulation``).  C, if
-    given, is the initial value of the fp32 accumulator (without promotion:
-    the initial tensor-core accumulator).
-
-    Shapes: a (..., M, K), b (..., K, N), c (..., M, N) float32; K a multiple of 32.
-    Empty shapes work: M = 0 or N = 0 give an empty (..., M, N) result, K = 0 gives C
-    unchanged (zeros without C).
-    """
-    model = get_model(instruction, arch)
-    a = _check_codes(a, "a")
-    b = _check_codes(b, "b")
+    fa = _fmt(a_format, "a_format")
+    fb = _fmt(b_format, "b_format")
+    a = np.asarray(a)
+    b = np.asarray(b)
+    if a.ndim < 2 or b.ndim < 2:
+        raise ValueError(f"a and b must have at least 2 dimensions, got shapes {a.shape} and {b.shape}")
     K = a.shape[-1]
     if b.shape[-2] != K:
         raise ValueError(f"inner dimensions differ: a has K={K}, b has K={b.shape[-2]}")
-    if K % K_INSTR:
-        raise ValueError(f"K must be a multiple of 32 (one instruction per 32 elements), got {K}")
+    M, N = a.shape[-2], b.shape[-1]
+    sc = _scales(a_scale, b_scale, scale_format, M, N, K)
+    if sc is not None and (a.ndim != 2 or b.ndim != 2):
+        raise ValueError("block scales take 2-D a and b")
+    model, out16 = _select(instruction, arch, fa, fb, K, out_format, None if sc is None else sc[:2])
+    a = _check_any_codes(a, "a", fa)
+    b = _check_any_codes(b, "b", fb)
+    if K != model.instr_k and not (K % model.block == 0 and K < model.instr_k):
+        raise ValueError(f"a must have K = {model.instr_k} for one {model.name!r} instruction, got K = {K}")
+    if c is None:
+        raise TypeError("c is required for mma (a float32 array (..., M, N); zeros for D = A @ B)")
+    c = _check_c16(c, M, N, out16 or model.output == "f16")
+    return _dispatch(a, b, c, fa, fb, model, 0, sc, out16)
+
+
+def matmul(
+    a,
+    b,
+    c=None,
+    *,
+    a_format,
+    b_format,
+    instruction: str | AccumulatorModel = "wgmma",
+    arch: str = "sm90",
+    promote_every=None,
+    out_format: str = "f32",
+    a_scale=None,
+    b_scale=None,
+    scale_format=None,
+) -> np.ndarray:
+    """D = A @ B (+ C) as a tensor-core tile loop along K, bit-exact.
+
+    The K dimension is processed by consecutive instructions in order (K = 32 for FP8; the
+    instruction's K otherwise, see :func:`mma` for the operands and the instruction names), the
+    accumulator staying in the instruction's output format.  With ``promote_every`` (a multiple
+    of 32, in K elements) the tensor-core partial is added into a separate fp32 accumulator (IEEE
+    RNE addition) every ``promote_every`` elements and restarted from zero; a remainder is added
+    at the end (DeepGEMM / CUTLASS ``GmmaFP8Accumulation``).  C, if given, is the initial value of
+    the fp32 accumulator (without promotion: the initial tensor-core accumulator).  Block scales
+    (``a_scale`` (M, K // block), ``b_scale`` (K // block, N)) are folded into every instruction.
+
+    Shapes: a (..., M, K), b (..., K, N), c (..., M, N) float32; K a multiple of the instruction's.
+    Empty shapes work: M = 0 or N = 0 give an empty (..., M, N) result, K = 0 gives C
+    unchanged (zeros without C).
+    """
+    fa = _fmt(a_format, "a_format")
+    fb = _fmt(b_format, "b_format")
+    a = np.asarray(a)
+    b = np.asarray(b)
+    if a.ndim < 2 or b.ndim < 2:
+        raise ValueError(f"a and b must have at least 2 dimensions, got shapes {a.shape} and {b.shape}")
+    K = a.shape[-1]
+    if b.shape[-2] != K:
+        raise ValueError(f"inner dimensions differ: a has K={K}, b has K={b.shape[-2]}")
+    M, N = a.shape[-2], b.shape[-1]
+    sc = _scales(a_scale, b_scale, scale_format, M, N, K) if K else None
+    if sc is not None and (a.ndim != 2 or b.ndim != 2):
+        raise ValueError("block scales take 2-D a and b")
+    # the instruction's K: the first of the instruction's shapes that divides K
+    k_instr = K_INSTR
+    if not isinstance(instruction, AccumulatorModel) and isinstance(arch, str) and isinstance(instruction, str):
+        ks = [k for r in archs.rows_for(arch, instruction) for k in r.ks]
+        fits = [k for k in ks if K % k == 0 and (sc is None or k % sc[1] == 0 or sc[1] % k == 0)]
+        for k in fits:
+            try:
+                archs.resolve(arch, instruction, fa, fb, k, out_format, None if sc is None else sc[:2])
+                k_instr = k
+                break
+            except ValueError:
+                continue
+    elif isinstance(instruction, AccumulatorModel):
+        k_instr = instruction.instr_k
+    model, out16 = _select(instruction, arch, fa, fb, k_instr, out_format, None if sc is None else sc[:2])
+    a = _check_any_codes(a, "a", fa)
+    b = _check_any_codes(b, "b", fb)
+    step = model.block if not _legacy_ok(model) else K_INSTR
+    if K % step:
+        if _legacy_ok(model):
+            raise ValueError(f"K must be a multiple of 32 (one instruction per 32 elements), got {K}")
+        raise ValueError(f"K must be a multiple of {step} (the {model.name!r} instruction's block), got {K}")
     promote = 0
     if promote_every is not None:
         if isinstance(promote_every, (bool, np.bool_)):
@@ -198,8 +447,8 @@ def matmul(
             raise TypeError(
                 f"promote_every must be None or a positive multiple of 32 (an integer), got {promote_every!r}"
             ) from None
-        if promote <= 0 or promote % K_INSTR:
+        if promote <= 0 or promote % K_INSTR or promote % model.block:
             raise ValueError(f"promote_every must be a positive multiple of 32, got {promote_every!r}")
     if c is not None:
-        c = _check_c(c, a.shape[-2], b.shape[-1])
-    return _run(a, b, c, a_format, b_format, model, promote)
+        c = _check_c16(c, M, N, out16 or model.output == "f16")
+    return _dispatch(a, b, c, fa, fb, model, promote, sc, out16)

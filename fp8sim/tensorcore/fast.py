@@ -22,21 +22,42 @@ adds the tensor-core partial into an fp32 accumulator with a correctly
 rounded fused multiply-add (LLVM ``llvm.fma.f32``) or a separately rounded
 multiply and add; see :func:`wgmma_gemm`.
 
+:func:`wgmma_gemm_codes` computes the same result from the codes, for operands
+without inf / NaN codes (the common case; :func:`wgmma_gemm` takes the rest):
+a tile-packed, register-blocked kernel (:mod:`fp8sim.tensorcore.fast_blocks`)
+that decodes through the 256-entry tables itself, finds each group's exponent
+on int8 lanes and sums ``int32(va * vb * 2**(F - E))`` (``fptosi`` truncates
+toward zero) in int32; B's values carry a factor ``2**-64`` and the power of
+two is added to the product's exponent field as an integer, so that a zero
+product stays below 1 and truncates to 0.
+
 The equality with :func:`fp8sim.tensorcore.matmul` (the model validated
-against the H200) is tested bit for bit in tests/test_gemm.py;
-:func:`fast_kernel_ok` says which models the kernel computes.
+against the H200) is tested bit for bit in tests/test_gemm.py and
+tests/test_fast_kernel.py; :func:`fast_kernel_ok` says which models the
+kernels compute.
 """
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 from numba import njit, prange
 
 from ..intrinsics import fma32
 from .codes import code_table
+from .fast_blocks import BIAS_B, EXP_LANES, EXP_ROWS, VAL_LANES, VAL_ROWS, mk_exp, mk_group
 from .model import AccumulatorModel
 
-__all__ = ["wgmma_gemm", "code_tables", "fast_kernel_ok", "SCALE_FMA", "SCALE_MUL_ADD", "SCALE_EPILOGUE"]
+__all__ = [
+    "wgmma_gemm",
+    "wgmma_gemm_codes",
+    "packed_kernel_ok",
+    "code_tables",
+    "fast_kernel_ok",
+    "SCALE_FMA",
+    "SCALE_MUL_ADD",
+    "SCALE_EPILOGUE",
+]
 
 # scale application modes at promotion / epilogue
 SCALE_FMA = 0  # tot = fma(sa*sb, partial, tot)        (DeepGEMM's += compiled with contraction)
@@ -212,4 +233,232 @@ def fast_kernel_ok(model: AccumulatorModel) -> bool:
         and model.zero_sign == "positive"
         and model.frac_bits <= 13
         and model.out_frac_bits <= 13
+        and model.instr_k == 32
+        and model.zero_exponent is None
+        and model.group == 1
+        and model.overflow == "ieee"
+        and model.sum_frac_bits is None
     )
+
+
+# ---------------------------------------------------------------- packed, register-blocked kernel
+_TILE_M = 24  # output rows per tile: a multiple of EXP_ROWS and VAL_ROWS
+_TILE_N = 64  # output columns per tile (one B panel): a multiple of EXP_LANES and VAL_LANES
+_NONE8 = -64  # int8 exponent of a zero code: none + none and none + any real exponent stay in range
+_FLOOR = -49  # lower bound of a group's exponent, below every real product and accumulator exponent
+_E_MIN, _E_MAX = -17, 15  # the nominal exponents these bounds hold for (with F <= 13)
+
+
+@njit(cache=True, parallel=True)
+def _count_special(codes, sp):
+    """The number of ``codes`` (a flat uint8 array) marked in the 256-entry table ``sp``."""
+    n = 0
+    for i in prange(codes.size):
+        n += sp[codes[i]]
+    return n
+
+
+@njit(cache=True, parallel=True)
+def _packed_gemm(A, A_tail, va_t, ea_t, B, vb_t, eb_t, sa, sb, kscale, promote, mode, F, keep_bits, out, panels, parts):
+    """The kernel of :func:`wgmma_gemm_codes`: A (M, Kp) and B (Kp, N) codes, the value / int8
+    exponent tables of their formats, ``sa (Mp, nks)`` and ``sb (nks, Np)`` padded to whole tiles,
+    ``A_tail`` the last partial row tile of A padded with a zero code (MB, Kp).
+
+    Work items: a chunk of ``panels`` column panels times one of ``parts`` row ranges.  Each decodes
+    its chunk of B into panels (one k row of a panel contiguous) and sweeps its row tiles over them,
+    so that the chunk stays in cache while A streams once per chunk."""
+    M, Kp = A.shape
+    N = B.shape[1]
+    MB = _TILE_M
+    NB = _TILE_N
+    nmt = (M + MB - 1) // MB
+    nnt = (N + NB - 1) // NB
+    nch = (nnt + panels - 1) // panels
+    ng = Kp // 32
+    T = MB * NB
+    nks = sa.shape[1]
+    Np = sb.shape[1]
+    saf = sa.reshape(-1)
+    sbf = sb.reshape(-1)
+    Bf = B.reshape(-1)
+    for job in prange(nch * parts):
+        c = job // parts
+        part = job % parts
+        pc0 = c * panels
+        npan = min(panels, nnt - pc0)
+        bv = np.empty(npan * Kp * NB, np.float32)
+        be = np.empty(npan * Kp * NB, np.int8)
+        for pi in range(npan):
+            n0 = (pc0 + pi) * NB
+            w = min(N, n0 + NB) - n0
+            for k in range(Kp):
+                d = (pi * Kp + k) * NB
+                s0 = k * N + n0
+                for n in range(w):
+                    code = Bf[s0 + n]
+                    bv[d + n] = vb_t[code]
+                    be[d + n] = eb_t[code]
+                for n in range(w, NB):
+                    bv[d + n] = 0.0
+                    be[d + n] = _NONE8
+        acc = np.empty(T, np.float32)
+        tot = np.empty(T, np.float32)
+        pm8 = np.empty(T, np.int8)
+        av = np.empty(ng * MB * 32, np.float32)
+        ae = np.empty(ng * MB * 32, np.int8)
+        for mt in range(part * nmt // parts, (part + 1) * nmt // parts):
+            i0 = mt * MB
+            src = A if i0 + MB <= M else A_tail
+            r0 = i0 if i0 + MB <= M else 0
+            srcf = src.reshape(-1)
+            for r in range(MB):
+                for g in range(ng):
+                    d = (g * MB + r) * 32
+                    s0 = (r0 + r) * Kp + g * 32
+                    for k in range(32):
+                        code = srcf[s0 + k]
+                        av[d + k] = va_t[code]
+                        ae[d + k] = ea_t[code]
+            for pi in range(npan):
+                n0 = (pc0 + pi) * NB
+                acc[:] = 0.0
+                tot[:] = 0.0
+                cnt = 0
+                for g in range(ng):
+                    k0 = g * 32
+                    a_base = g * MB * 32
+                    b_base = (pi * Kp + k0) * NB
+                    for rb in range(0, MB, EXP_ROWS):
+                        for cb in range(0, NB, EXP_LANES):
+                            mk_exp(pm8, ae, ea_t, be, rb * NB + cb, a_base + rb * 32, b_base + cb, NB, 32, NB)
+                    for rb in range(0, MB, VAL_ROWS):
+                        for cb in range(0, NB, VAL_LANES):
+                            mk_group(
+                                acc,
+                                pm8,
+                                av,
+                                va_t,
+                                bv,
+                                rb * NB + cb,
+                                a_base + rb * 32,
+                                b_base + cb,
+                                NB,
+                                32,
+                                NB,
+                                F,
+                                _FLOOR,
+                                keep_bits,
+                            )
+                    cnt += 32
+                    if promote > 0 and (cnt == promote or g == ng - 1):
+                        kb = k0 // kscale
+                        sb0 = kb * Np + n0
+                        for r in range(MB):
+                            s_a = saf[(i0 + r) * nks + kb]
+                            o0 = r * NB
+                            if mode == SCALE_FMA:
+                                for n in range(NB):
+                                    tot[o0 + n] = fma32(np.float32(s_a * sbf[sb0 + n]), acc[o0 + n], tot[o0 + n])
+                            elif mode == SCALE_MUL_ADD:
+                                for n in range(NB):
+                                    s = np.float32(s_a * sbf[sb0 + n])
+                                    tot[o0 + n] = np.float32(tot[o0 + n] + np.float32(s * acc[o0 + n]))
+                            else:
+                                for n in range(NB):
+                                    tot[o0 + n] = np.float32(tot[o0 + n] + acc[o0 + n])
+                        acc[:] = 0.0
+                        cnt = 0
+                res = tot if promote > 0 else acc
+                for r in range(min(MB, M - i0)):
+                    s_a = saf[(i0 + r) * nks]
+                    for n in range(min(NB, N - n0)):
+                        v = res[r * NB + n]
+                        if mode == SCALE_EPILOGUE:
+                            v = np.float32(np.float32(s_a * sbf[n0 + n]) * v)
+                        out[i0 + r, n0 + n] = v
+
+
+def _exp8(e):
+    """int8 exponents of a code table (``_NONE8`` for zero and special codes)."""
+    return np.where(e == _NEG16, _NONE8, e).astype(np.int8)
+
+
+def packed_kernel_ok(fa, fb, F: int) -> bool:
+    """Whether :func:`wgmma_gemm_codes` covers the format pair with ``F`` kept fraction bits: nominal
+    exponents in [-17, 15] (every exponent sum, the zero codes' placeholder and the accumulator's
+    exponent then fit the kernel's int8 and power-of-two ranges), ``F <= 13``, and a zero code in A's
+    format (the padding of a partial row tile)."""
+    for f in (fa, fb):
+        e = code_tables(f)[1]
+        e = e[e != _NEG16]
+        if e.size and (e.min() < _E_MIN or e.max() > _E_MAX):
+            return False
+    v, _, sp = code_tables(fa)
+    return 0 <= F <= 13 and bool(((v == 0) & ~sp).any())
+
+
+def _work_split(nmt: int, nnt: int, threads: int) -> tuple[int, int]:
+    """(panels per chunk, row parts): chunks of up to four column panels (about 5 MB of decoded B at
+    K = 4096), at least two chunks per thread where N allows, and the row tiles split into parts
+    where there are fewer than four work items per thread."""
+    panels = max(1, min(4, nnt // (2 * threads)))
+    nch = -(-nnt // panels)
+    return panels, max(1, min(nmt, -(-4 * threads // nch)))
+
+
+def wgmma_gemm_codes(a_codes, b_codes, fa, fb, sa, sb, kscale, promote, mode, F, keep_bits):
+    """:func:`wgmma_gemm` from the codes: ``a_codes (M, Kp)``, ``b_codes (Kp, N)`` uint8 (Kp a multiple
+    of 32), ``fa``, ``fb`` their formats, ``sa (M, nks)``, ``sb (nks, N)`` float32; the other
+    arguments as for :func:`wgmma_gemm`.
+
+    Decodes through 256-entry tables inside the kernel and sums each group with the register-blocked
+    micro-kernels of :mod:`fp8sim.tensorcore.fast_blocks` (int8 exponent maxima, then
+    ``int32(va * vb * 2**(F - pm))``, the addend truncated toward zero, summed in int32: all exact).
+    Returns the (M, N) float32 result, bit-identical to :func:`wgmma_gemm`, or None where an operand
+    holds inf / NaN codes, K is empty or :func:`packed_kernel_ok` is false (then use :func:`wgmma_gemm`).
+    """
+    M, Kp = a_codes.shape
+    N = b_codes.shape[1]
+    if Kp == 0 or Kp >= 2**40 or not packed_kernel_ok(fa, fb, F):  # (K < 2**40 bounds the accumulator)
+        return None
+    va, ea, spa = code_tables(fa)
+    vb, eb, spb = code_tables(fb)
+    a_codes = np.ascontiguousarray(a_codes)
+    b_codes = np.ascontiguousarray(b_codes)
+    if _count_special(a_codes.reshape(-1), spa.astype(np.int64)) or _count_special(
+        b_codes.reshape(-1), spb.astype(np.int64)
+    ):
+        return None
+    MB, NB = _TILE_M, _TILE_N
+    nmt, nnt = -(-M // MB), -(-N // NB)
+    zero = np.uint8(np.flatnonzero((va == 0) & ~spa)[0])
+    a_tail = np.full((MB, Kp), zero, np.uint8)
+    a_tail[: M % MB] = a_codes[M - M % MB :]
+    sa_p = np.ones((nmt * MB, sa.shape[1]), np.float32)
+    sa_p[:M] = sa
+    sb_p = np.ones((sb.shape[0], nnt * NB), np.float32)
+    sb_p[:, :N] = sb
+    panels, parts = _work_split(nmt, nnt, numba.get_num_threads())
+    vb_scaled = (vb.astype(np.float64) * 2.0**-BIAS_B).astype(np.float32)
+    out = np.empty((M, N), np.float32)
+    with np.errstate(all="ignore"):
+        _packed_gemm(
+            a_codes,
+            a_tail,
+            va,
+            _exp8(ea),
+            b_codes,
+            vb_scaled,
+            _exp8(eb),
+            sa_p,
+            sb_p,
+            int(kscale),
+            int(promote),
+            int(mode),
+            int(F),
+            np.int32(keep_bits),
+            out,
+            panels,
+            parts,
+        )
+    return out

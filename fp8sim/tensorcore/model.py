@@ -27,6 +27,8 @@ __all__ = [
     "FUSED",
     "EXACT",
     "FP32",
+    "INTERLEAVED",
+    "OVERFLOWS",
     "OUTPUTS",
     "ALIGN_ROUNDINGS",
     "OUT_ROUNDINGS",
@@ -35,8 +37,12 @@ __all__ = [
 K_INSTR = 32  # products per FP8 MMA instruction (m*n*k32 shapes)
 
 #: kind name -> the kernels' kind number (the arithmetic of one instruction)
-KINDS = {"fused": 0, "exact": 1, "fp32": 2}
-FUSED, EXACT, FP32 = KINDS["fused"], KINDS["exact"], KINDS["fp32"]
+KINDS = {"fused": 0, "exact": 1, "fp32": 2, "interleaved": 3}
+FUSED, EXACT, FP32, INTERLEAVED = KINDS["fused"], KINDS["exact"], KINDS["fp32"], KINDS["interleaved"]
+
+#: what an overflowing result becomes: "ieee" (inf, or the largest finite value where the rounding
+#: mode points toward zero) or "inf" (always inf: the significand is rounded, the exponent overflows)
+OVERFLOWS = ("ieee", "inf")
 
 #: output format -> (fraction bits, emin, emax)
 OUTPUTS = {"f32": (23, -126, 127), "f16": (10, -14, 15)}
@@ -72,7 +78,7 @@ class AccumulatorModel:
         (exact sum, one final fp32 RNE rounding per instruction) or
         ``"fp32"`` (fp32 RNE after every addition).
     block:
-        Products summed by one fused addition (a divisor of 32).  32 means the
+        Products summed by one fused addition (a divisor of ``instr_k``).  32 means the
         whole instruction is one fused sum; 16 means two chained halves
         (k = 0..15 first), as when FP8 is run on FP16 k16 hardware.
     frac_bits:
@@ -106,6 +112,23 @@ class AccumulatorModel:
         the fp32 pattern of the f16 NaN).
     validated:
         Whether the preset was checked against hardware captures.
+    instr_k:
+        Products per instruction (the k of the m*n*k shape): 32 for FP8, 64 for the block-scaled
+        FP4 instructions, 16 for bf16/fp16, 8 for tf32.
+    zero_exponent:
+        Exponent a zero addend (a zero product, or C = 0) takes when the largest exponent is
+        found (MMA-Sim's ``e_zero``); ``None``: zeros never set it.  It must lie below the
+        output's emin (it is then a floor on the alignment exponent, since C is always an addend).
+    group:
+        Products summed exactly in consecutive groups of ``group`` before the alignment (the
+        block-scaled FP4 instructions: 16); a group's exponent is its scale's exponent and a group
+        is a zero addend only when all its products (or its scale) are zero.  1: no groups.
+    overflow:
+        ``"ieee"`` (a result beyond the output's range is inf, or the largest finite value where
+        the rounding points toward zero) or ``"inf"`` (always inf).
+    sum_frac_bits:
+        For ``kind="interleaved"``: the fraction bits of the sum of the two lanes and C before the
+        final rounding (CDNA3: 31).
     """
 
     name: str
@@ -124,14 +147,27 @@ class AccumulatorModel:
     nan_bits: int = 0x7FFFFFFF
     validated: bool = False
     description: str = field(default="", compare=False)
+    instr_k: int = K_INSTR
+    zero_exponent: int | None = None
+    group: int = 1
+    overflow: str = "ieee"
+    sum_frac_bits: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str):
             raise TypeError(f"name must be a string, got {type(self.name).__name__}")
         self._check_name("kind", list(KINDS))
+        instr_k = _int_field("instr_k", self.instr_k)
+        if not 1 <= instr_k <= 256:
+            raise ValueError(f"instr_k must be an integer in 1..256 (products per instruction), got {self.instr_k!r}")
         block = _int_field("block", self.block)
-        if block < 1 or K_INSTR % block:
-            raise ValueError(f"block must be a divisor of {K_INSTR} (1, 2, 4, 8, 16 or 32), got {self.block!r}")
+        if block < 1 or instr_k % block:
+            if instr_k == K_INSTR:
+                raise ValueError(f"block must be a divisor of {K_INSTR} (1, 2, 4, 8, 16 or 32), got {self.block!r}")
+            raise ValueError(f"block must be a divisor of instr_k = {instr_k}, got {self.block!r}")
+        group = _int_field("group", self.group)
+        if group < 1 or block % group:
+            raise ValueError(f"group must be a divisor of block = {block}, got {self.group!r}")
         frac_bits = _int_field("frac_bits", self.frac_bits)
         if not 0 <= frac_bits <= 40:
             raise ValueError(f"frac_bits must be an integer in 0..40, got {self.frac_bits!r}")
@@ -157,8 +193,8 @@ class AccumulatorModel:
                 ko = tuple(operator.index(k) for k in items)
             except TypeError:
                 raise TypeError(f"k_order must hold integers, got {self.k_order!r}") from None
-            if sorted(ko) != list(range(K_INSTR)):
-                raise ValueError(f"k_order must be a permutation of 0..{K_INSTR - 1}, got {self.k_order!r}")
+            if sorted(ko) != list(range(instr_k)):
+                raise ValueError(f"k_order must be a permutation of 0..{instr_k - 1}, got {self.k_order!r}")
         self._check_name("c_mode", ["fused", "separate"])
         self._check_name("zero_sign", ["positive", "ieee"])
         nan_bits = _int_field("nan_bits", self.nan_bits)
@@ -167,6 +203,22 @@ class AccumulatorModel:
                 f"nan_bits must be the bit pattern of a float32 NaN (exponent bits all ones, mantissa not 0, "
                 f"e.g. 0x7fffffff), got {self.nan_bits!r}" + (f" = 0x{nan_bits:08x}" if 0 <= nan_bits < 2**32 else "")
             )
+        zero_exponent = self.zero_exponent
+        if zero_exponent is not None:
+            zero_exponent = _int_field("zero_exponent", zero_exponent)
+            if zero_exponent >= OUTPUTS[self.output][1]:
+                raise ValueError(
+                    f"zero_exponent must lie below the emin of output {self.output!r} "
+                    f"({OUTPUTS[self.output][1]}), got {self.zero_exponent!r}"
+                )
+        self._check_name("overflow", list(OVERFLOWS))
+        sum_frac_bits = self.sum_frac_bits
+        if sum_frac_bits is not None:
+            sum_frac_bits = _int_field("sum_frac_bits", sum_frac_bits)
+            if not 0 <= sum_frac_bits <= 40:
+                raise ValueError(f"sum_frac_bits must be None or an integer in 0..40, got {self.sum_frac_bits!r}")
+        if self.kind == "interleaved" and sum_frac_bits is None:
+            raise ValueError("kind='interleaved' needs sum_frac_bits (the bits of the lane sum plus C)")
         if not isinstance(self.validated, (bool, np.bool_)):
             raise TypeError(f"validated must be True or False, got {self.validated!r}")
         if not isinstance(self.description, str):
@@ -182,6 +234,10 @@ class AccumulatorModel:
             ("nan_bits", nan_bits),
             ("k_order", ko),
             ("validated", bool(self.validated)),
+            ("instr_k", instr_k),
+            ("group", group),
+            ("zero_exponent", zero_exponent),
+            ("sum_frac_bits", sum_frac_bits),
         ):
             object.__setattr__(self, key, value)
 
@@ -242,5 +298,5 @@ def model_params(model: AccumulatorModel) -> ModelParams:
 
 
 def instruction_order(model: AccumulatorModel) -> np.ndarray:
-    """The order in which one instruction takes its 32 products (int64 indices 0..31)."""
-    return np.array(model.k_order if model.k_order is not None else range(K_INSTR), dtype=np.int64)
+    """The order in which one instruction takes its ``instr_k`` products (int64 indices)."""
+    return np.array(model.k_order if model.k_order is not None else range(model.instr_k), dtype=np.int64)

@@ -1,0 +1,57 @@
+"""``fp8sim train --backend torch``: the recipes' comparison on a PyTorch GPT (:func:`fp8sim.torch.gpt.train`).
+
+The numpy trainer stays the default and needs no torch; this module imports torch only when it runs.
+"""
+
+from __future__ import annotations
+
+from .common import UsageError, check_out_dir, emit_json
+
+__all__ = ["add_arguments", "run"]
+
+
+def add_arguments(p) -> None:
+    """The torch backend's options of ``fp8sim train``."""
+    p.add_argument(
+        "--backend",
+        choices=("numpy", "torch"),
+        default="numpy",
+        help="numpy (default: fp8sim.training's model) or torch (a PyTorch GPT converted with fp8sim.torch.plan)",
+    )
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="torch backend: the device (default cpu)")
+
+
+def run(args, names: list[str]) -> int:
+    """Train ``names`` with the torch backend as ``args`` say (steps, seed, out, fidelity, device,
+    json, quiet, force)."""
+    try:
+        import torch
+    except ImportError:
+        raise UsageError('--backend torch needs PyTorch: pip install "fp8sim[torch]"') from None
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda: torch finds no CUDA device")
+    from ..torch.gpt import TORCH_TRAIN_FILES, train
+
+    if args.steps < 1:
+        raise UsageError(f"--steps must be positive, got {args.steps}")
+    check_out_dir(args.out, force=args.force, writes=TORCH_TRAIN_FILES)
+
+    def progress(name: str, step: int, loss: float) -> None:
+        if not args.quiet and not args.json:
+            print(f"{name} step {step + 1}/{args.steps} loss {loss:.4f}", flush=True)
+
+    summary = train(
+        names, args.steps, args.seed, args.out, device=args.device, fidelity=args.fidelity, on_step=progress
+    )
+    if args.json:
+        emit_json(summary)
+        return 0
+    if not args.quiet:
+        print(f"torch backend on {args.device}: {args.steps} steps, seed {args.seed}, fidelity {args.fidelity}")
+        print(f"{'recipe':<26}{'final loss':>11}{'val loss':>10}{'rel.err vs bf16':>17}{'s/step':>8}")
+        for name, r in summary["recipes"].items():
+            rel = r["rel_loss_error_vs_bf16"]
+            rel_s = "-" if rel is None else f"{100 * rel['mean_abs']:.3f} %"
+            print(f"{name:<26}{r['final_loss']:>11.4f}{r['val_loss']:>10.4f}{rel_s:>17}{r['s_per_step']:>8.3f}")
+        print(f"wrote {args.out}/{', '.join(TORCH_TRAIN_FILES)}")
+    return 0

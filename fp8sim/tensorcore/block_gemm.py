@@ -1,0 +1,114 @@
+"""GEMMs whose block scales are folded into the MMA: the MXFP8 / MXFP4 / NVFP4 recipes on Blackwell.
+
+:func:`block_scaled_gemm` runs a :class:`~fp8sim.recipes.Recipe` whose accumulator is a
+block-scaled instruction (``"sm100:tcgen05.mma.kind::mxf8f6f4"``, ``"...kind::mxf4"``,
+``"...kind::mxf4nvf4"``; :attr:`Recipe.block_scaled`):
+
+1. ``x (M, K)`` and ``w (K, N)`` quantized by :func:`fp8sim.quantize` with the recipe's formats
+   and granularities along K (``"mx32"``: a UE8M0 scale per 32; ``"nvfp4"``: a UE4M3 scale per 16
+   times an fp32 tensor scale);
+2. the codes and the scale codes into :func:`fp8sim.tensorcore.matmul`, which chains the
+   instruction along K with the scales inside every instruction (no separate promotion);
+3. an NVFP4 tensor scale in the epilogue, ``fp32(fp32(gx * gw) * acc)`` (the GEMM's alpha);
+4. the output cast of the recipe (:func:`fp8sim.gemm_core.cast_output`).
+
+K is padded with zero codes (scale 1) to the instruction's K: zero elements add nothing.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["block_scaled_gemm", "scale_codes"]
+
+_E8M0_ONE = 127
+_UE4M3_ONE = 0x38
+
+
+def scale_codes(scales: np.ndarray, scale_format: str) -> np.ndarray:
+    """uint8 codes of block-scale values: UE8M0 (powers of two 2**-127..2**127; NaN -> 0xff) or
+    UE4M3 (positive E4M3 values).  A value the format does not hold raises ``ValueError``."""
+    s = np.asarray(scales, np.float64)
+    if scale_format == "ue8m0":
+        fin = np.isfinite(s) & (s > 0)
+        e = np.zeros(s.shape, np.int64)
+        e[fin] = np.frexp(s[fin])[1] - 1
+        if not np.array_equal(np.ldexp(1.0, e[fin]), s[fin]) or (e[fin] < -127).any() or (e[fin] > 127).any():
+            raise ValueError("UE8M0 scales must be powers of two in 2**-127 .. 2**127 (or NaN)")
+        if (~fin & ~np.isnan(s)).any():
+            raise ValueError("UE8M0 scales must be positive powers of two (or NaN)")
+        return np.where(fin, e + 127, 255).astype(np.uint8)
+    if scale_format == "ue4m3":
+        import ml_dtypes
+
+        c = s.astype(np.float32).astype(ml_dtypes.float8_e4m3fn)
+        if not np.array_equal(c.astype(np.float64), s, equal_nan=True) or (np.signbit(s) & (s != 0)).any():
+            raise ValueError("UE4M3 scales must be non-negative E4M3 values")
+        return (c.view(np.uint8) & 0x7F).astype(np.uint8)
+    raise ValueError(f"scale_format must be 'ue8m0' or 'ue4m3', got {scale_format!r}")
+
+
+def _pad(a: np.ndarray, n: int, axis: int, fill: int) -> np.ndarray:
+    if n == 0:
+        return a
+    shape = list(a.shape)
+    shape[axis] = n
+    return np.concatenate([a, np.full(shape, fill, a.dtype)], axis=axis)
+
+
+def block_scaled_gemm(x, w, recipe, *, return_parts: bool = False):
+    """``x (M, K) @ w (K, N)`` on a block-scaled recipe (scales inside the MMA); see the module.
+
+    Returns the output in the recipe's ``output_format`` (float32 storage; float64 for fp64), or
+    with ``return_parts`` also the dict of what went into the MMA (``a``, ``b`` codes, ``sa``,
+    ``sb`` scale codes, ``scale_format``, ``alpha``, ``acc`` the fp32 accumulator).
+    """
+    from ..gemm_core import cast_output
+    from ..recipes import recipe as get_recipe
+    from ..scaling import NVFP4, quantize
+    from ..scaling.orientation import along_k
+    from . import matmul
+    from .registry import get_model
+
+    r = get_recipe(recipe)
+    if not r.block_scaled:
+        raise ValueError(f"recipe {r.name!r} has no block-scaled accumulator (its scales are not inside the MMA)")
+    x = np.asarray(x)
+    w = np.asarray(w)
+    if x.ndim != 2 or w.ndim != 2 or x.shape[1] != w.shape[0]:
+        raise ValueError(
+            f"block_scaled_gemm: x (M, K) and w (K, N) must be 2-D with the same K, got {x.shape}, {w.shape}"
+        )
+    model = get_model(r.accumulator)  # type: ignore[arg-type]
+    qs = []
+    for a, fmt, g, name in ((x, r.x_format, r.x_granularity, "x"), (w, r.w_format, r.w_granularity, "w")):
+        gk = along_k(g, name)
+        qs.append(quantize(a, fmt, gk, scale_format=r.scale_format, scale_rounding=r.scale_rounding, margin=r.margin))
+    qx, qw = qs
+    sfmt = "ue4m3" if isinstance(qx.granularity, NVFP4) else "ue8m0"
+    M, K = x.shape
+    N = w.shape[1]
+    bx = qx.block_shape[1]
+    bw = qw.block_shape[0]
+    if bx != bw:
+        raise ValueError(f"block_scaled_gemm: x and w have scale blocks of {bx} and {bw} along K; the MMA takes one")
+    sa = np.repeat(scale_codes(qx.scales, sfmt), qx.block_shape[0], axis=0)[:M]
+    sb = np.repeat(scale_codes(qw.scales, sfmt), qw.block_shape[1], axis=1)[:, :N]
+    step = model.instr_k
+    pad = -K % step
+    one = _UE4M3_ONE if sfmt == "ue4m3" else _E8M0_ONE
+    a = _pad(np.ascontiguousarray(qx.codes), pad, 1, 0)
+    b = _pad(np.ascontiguousarray(qw.codes), pad, 0, 0)
+    sa = _pad(sa, -(-(K + pad) // bx) - sa.shape[1], 1, one)
+    sb = _pad(sb, -(-(K + pad) // bx) - sb.shape[0], 0, one)
+    acc = matmul(a, b, a_format=r.x_format, b_format=r.w_format, instruction=model, a_scale=sa, b_scale=sb,
+                 scale_format=sfmt)  # fmt: skip
+    alpha = np.float32(np.float32(qx.global_scale) * np.float32(qw.global_scale))
+    y = acc
+    if alpha != 1:
+        with np.errstate(all="ignore"):
+            y = (alpha * acc).astype(np.float32)
+    out = cast_output(y, r.output_format)
+    if return_parts:
+        return out, {"a": a, "b": b, "sa": sa, "sb": sb, "scale_format": sfmt, "alpha": alpha, "acc": acc}
+    return out

@@ -1,0 +1,276 @@
+"""Bit-exact GEMMs on the tensor-core instructions beyond Hopper, block scales included.
+
+The operands are decoded once into their values and *nominal* exponents (subnormals clamped at
+the format's emin; zero, inf and NaN get no exponent); the numba kernels of
+:mod:`fp8sim.tensorcore.mma_kernels` (whose docstring proves each step exact) then run one of
+three datapaths, reading :class:`~fp8sim.tensorcore.model.AccumulatorModel` parameters:
+
+* ``kind="fused"`` with ``group=1``: per block of ``block`` products, C and the products aligned
+  to the largest nominal exponent (at least ``zero_exponent``), cut to ``frac_bits`` bits, summed
+  exactly, rounded to the output (MMA-Sim's T-FDPA; with MX scales, whose exponents add to the
+  products', its ST-FDPA);
+* ``kind="fused"`` with ``group > 1``: the products of each group of ``group`` are summed exactly,
+  the group sum is multiplied by its scales' significands and takes its scales' exponent, then C
+  and the groups are one fused sum (MMA-Sim's GST-FDPA: MXFP4/NVFP4);
+* ``kind="interleaved"``: AMD CDNA3's FP8 MFMA (MMA-Sim's GTR-FDPA): the even and the odd products
+  of a block are two fused sums of ``frac_bits`` bits (truncated), added with truncation toward
+  -inf at ``frac_bits`` bits, C cut to ``frac_bits`` bits and added to the lane sum cut to
+  ``sum_frac_bits + 1`` bits, the total cut toward -inf to ``sum_frac_bits`` bits and rounded to
+  nearest-even fp32.
+
+Blocks whose elements are finite with magnitudes in [2**-24, 2**16) (every FP8/FP6/FP4 and fp16
+value; bf16/tf32 data of moderate range) take the fast path (float32 products, int32 sums); the
+others the float64 path, where inf and NaN propagate by IEEE arithmetic.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from ..formats import Format
+from ..rounding import RoundMode, decode, decode_table, round_mode
+from . import mma_kernels as _k
+from .model import OUT_ROUNDINGS, OUTPUTS, AccumulatorModel
+
+__all__ = [
+    "NO_EXP",
+    "decode_operand",
+    "decode_scales",
+    "general_kernel_ok",
+    "run_general",
+]
+
+#: exponent of an element that has none (zero, inf, NaN) in :func:`decode_operand`
+NO_EXP = -(1 << 20)
+
+assert _k.ROUND_CODES == tuple(int(m) for m in (RoundMode.RNE, RoundMode.RTZ, RoundMode.RUP, RoundMode.RDN))
+
+
+@functools.lru_cache(maxsize=64)
+def _tables(fmt: Format, subnormal_exponent: str) -> tuple[np.ndarray, np.ndarray]:
+    """(value float64, nominal exponent int64) of every code of a format of at most 16 bits."""
+    vals = np.asarray(decode_table(fmt), dtype=np.float64)
+    exps = np.full(vals.shape, NO_EXP, np.int64)
+    fin = np.isfinite(vals) & (vals != 0)
+    e = np.frexp(np.abs(vals[fin]))[1].astype(np.int64) - 1
+    if subnormal_exponent == "clamp":
+        e = np.maximum(e, fmt.emin)
+    exps[fin] = e
+    vals.setflags(write=False)
+    exps.setflags(write=False)
+    return vals, exps
+
+
+def decode_operand(codes: np.ndarray, fmt: Format, subnormal_exponent: str = "clamp") -> tuple[np.ndarray, np.ndarray]:
+    """(values float64, nominal exponents int64) of an operand's codes, elementwise.
+
+    ``codes`` hold one element each: uint8 for formats of up to 8 bits (FP6/FP4 in the low bits),
+    uint16 for bf16/fp16, uint32 for tf32 (its 19-bit code).  A code with bits above the format's
+    width raises ``ValueError``.  Zero, inf and NaN have the exponent :data:`NO_EXP`.
+    """
+    codes = np.asarray(codes)
+    want = fmt.code_dtype
+    if codes.dtype != want:
+        raise TypeError(f"codes of {fmt.name} must be {want}, got {codes.dtype}")
+    if fmt.bits < 8 * want.itemsize and codes.size and int(codes.max()) >= fmt.num_codes:
+        raise ValueError(
+            f"codes of {fmt.name} ({fmt.bits} bits, held in the low bits of {want}) must be < {fmt.num_codes}, "
+            f"got {int(codes.max())}"
+        )
+    if fmt.bits <= 16:
+        vals, exps = _tables(fmt, subnormal_exponent)
+        return vals[codes], exps[codes]
+    v = np.asarray(decode(codes, fmt), dtype=np.float64)
+    e = np.full(v.shape, NO_EXP, np.int64)
+    fin = np.isfinite(v) & (v != 0)
+    ee = np.frexp(np.abs(v[fin]))[1].astype(np.int64) - 1
+    e[fin] = np.maximum(ee, fmt.emin) if subnormal_exponent == "clamp" else ee
+    return v, e
+
+
+def decode_scales(codes: np.ndarray, fmt: Format) -> tuple[np.ndarray, np.ndarray]:
+    """(significand float64, exponent int64) of block-scale codes: value = sig * 2**exp.
+
+    The significand is 1 for E8M0 (UE8M0), in [0, 2) for UE4M3 (subnormals at its emin); a zero
+    scale has significand 0, a NaN scale significand NaN (both exponent 0).
+    """
+    vals, _ = _tables(fmt, "clamp")
+    codes = np.asarray(codes)
+    if codes.dtype != np.uint8:
+        raise TypeError(f"scale codes must be uint8 ({fmt.name}), got {codes.dtype}")
+    if fmt.bits < 8 and codes.size and int(codes.max()) >= fmt.num_codes:
+        raise ValueError(f"scale codes of {fmt.name} must be < {fmt.num_codes}, got {int(codes.max())}")
+    v = vals[codes]
+    fin = np.isfinite(v) & (v != 0)
+    e = np.zeros(v.shape, np.int64)
+    e[fin] = np.maximum(np.frexp(v[fin])[1].astype(np.int64) - 1, fmt.emin)
+    sig = np.where(fin, np.ldexp(v, -e), v)
+    return sig, e
+
+
+def general_kernel_ok(model: AccumulatorModel) -> str | None:
+    """``None`` when the kernels of this module compute ``model``, else the reason they do not."""
+    if model.kind == "interleaved":
+        if model.output != "f32" or model.block % 2:
+            return "kind='interleaved' needs output 'f32' and an even block"
+        return None
+    if model.kind != "fused":
+        return f"kind {model.kind!r} (the kernels here compute 'fused' and 'interleaved')"
+    for field, value, want in (
+        ("c_mode", model.c_mode, "fused"),
+        ("product_exponent", model.product_exponent, "nominal"),
+        ("zero_sign", model.zero_sign, "positive"),
+        ("k_order", model.k_order, None),
+    ):
+        if value != want:
+            return f"{field}={value!r} (only {want!r})"
+    if model.subnormal_exponent not in ("clamp", "normalize"):
+        return f"subnormal_exponent={model.subnormal_exponent!r} (only 'clamp' or 'normalize')"
+    if model.group > 1 and model.align_rounding != "rz":
+        return "group > 1 needs align_rounding='rz'"
+    return None
+
+
+def _narrow(fmt: Format) -> bool:
+    """Whether products of two ``fmt`` values are exact in float32 (at most 12 significant bits
+    each); their range is checked per block (:func:`_specials`)."""
+    return fmt.bits <= 19 and fmt.mbits <= 11
+
+
+def _operand(codes, fmt: Format, subnormal_exponent: str):
+    """(values float32, nominal exponents int16 with NONE16) of an operand's codes."""
+    v, e = decode_operand(codes, fmt, subnormal_exponent)
+    e16 = np.where(e > NO_EXP // 2, e, _k.NONE16).astype(np.int16)
+    return np.ascontiguousarray(v.astype(np.float32)), np.ascontiguousarray(e16)
+
+
+def _outside(v: np.ndarray) -> np.ndarray:
+    """Elements that keep their block off the fast path: inf, NaN, and magnitudes outside
+    [2**-24, 2**16) (products of two in-range values lie in [2**-48, 2**32): float32's range)."""
+    a = np.abs(v)
+    return ~((a < 2.0**16) & ((a >= 2.0**-24) | (a == 0)))
+
+
+def _specials(av: np.ndarray, bv: np.ndarray, L: int, sa=None, sb=None, sblk: int = 0):
+    """(aspec (M, K // L), bspec (K // L, column tiles)): the blocks for the float64 path (an
+    element :func:`_outside` the fast path's range, or a NaN scale)."""
+    M, K = av.shape
+    N = bv.shape[1]
+    nb = K // L
+    aspec = _outside(av).reshape(M, nb, L).any(axis=2)
+    badb = _outside(bv).reshape(nb, L, N).any(axis=1)  # (nb, N)
+    if sa is not None:
+        r = sblk // L
+        aspec |= np.repeat(np.isnan(sa), r, axis=1)
+        badb |= np.repeat(np.isnan(sb), r, axis=0)
+    nt = -(-N // _k.COLUMNS_PER_TASK)
+    pad = np.zeros((nb, nt * _k.COLUMNS_PER_TASK), bool)
+    pad[:, :N] = badb
+    return np.ascontiguousarray(aspec), np.ascontiguousarray(pad.reshape(nb, nt, _k.COLUMNS_PER_TASK).any(axis=2))
+
+
+def _params(model: AccumulatorModel):
+    p = model.out_frac_bits
+    _, emin, emax = OUTPUTS[model.output]
+    mode = int(round_mode(model.out_rounding, OUT_ROUNDINGS))
+    zexp = _k.NONE32 if model.zero_exponent is None else model.zero_exponent
+    return p, mode, emin, emax, model.overflow == "inf", zexp
+
+
+def run_general(
+    a: np.ndarray,
+    b: np.ndarray,
+    c: np.ndarray,
+    fa: Format,
+    fb: Format,
+    model: AccumulatorModel,
+    promote: int = 0,
+    scales=None,
+) -> np.ndarray:
+    """(M, K) @ (K, N) + C on ``model`` along K (blocks of ``model.block``); float64 (M, N).
+
+    a, b: codes; c: float64 (M, N) holding output-format values.  ``scales``: ``None`` or
+    ``(sa_sig, sa_exp, sb_sig, sb_exp, sblock)`` from :func:`decode_scales` (A's (M, K // sblock),
+    B's (K // sblock, N)).  The caller checks shapes and that :func:`general_kernel_ok` passes.
+    """
+    sub = model.subnormal_exponent
+    M, K = a.shape
+    N = b.shape[1]
+    c = np.ascontiguousarray(c, dtype=np.float64)
+    out = np.empty((M, N), np.float64)
+    L = model.block
+    F = model.frac_bits
+    p, mode, emin, emax, ovf_inf, zexp = _params(model)
+    if scales is None:
+        sam, sae = np.ones((M, 1)), np.zeros((M, 1), np.int64)
+        sbm, sbe = np.ones((1, N)), np.zeros((1, N), np.int64)
+        sblk = K
+    else:
+        sam, sae, sbm, sbe, sblk = scales
+    xa = np.ascontiguousarray(sae, dtype=np.int32)
+    xb = np.ascontiguousarray(sbe, dtype=np.int32)
+    sga = np.ascontiguousarray(sam, dtype=np.float64)
+    sgb = np.ascontiguousarray(sbm, dtype=np.float64)
+    if model.kind == "interleaved":
+        av, ae = _operand(a, fa, sub)
+        bv, be = _operand(b, fb, sub)
+        aspec, bspec = _specials(av, bv, L)
+        if not (_narrow(fa) and _narrow(fb)):
+            aspec[:] = True
+        _k.interleaved_kernel(av, ae, bv, be, aspec, bspec, c, L, F, model.sum_frac_bits, promote, out)
+        return out
+    if model.group > 1:
+        if fa.name == fb.name == "e2m1" and fa.bits == 4:  # values times 2 are integers: exact int16 sums
+            av = np.ascontiguousarray(decode_operand(a, fa, sub)[0] * 2).astype(np.int16)
+            bv = np.ascontiguousarray(decode_operand(b, fb, sub)[0] * 2).astype(np.int16)
+            unit = 0.25
+        else:
+            av = np.ascontiguousarray(decode_operand(a, fa, sub)[0])
+            bv = np.ascontiguousarray(decode_operand(b, fb, sub)[0])
+            unit = 1.0
+        bnz = np.ascontiguousarray(bv != 0).astype(np.int16)
+        _k.grouped_kernel(av, bv, bnz, unit, xa, sga, xb, sgb, int(sblk), c, L, model.group, F, p, mode, emin, emax,
+                          ovf_inf, zexp, promote, out)  # fmt: skip
+        return out
+    rd = int(model.align_rounding == "rd")
+    all_f64 = not (_narrow(fa) and _narrow(fb)) or F > 27
+    if scales is not None and (sblk % L or not _unit_sigs(sam, sbm)):
+        if sblk % L:  # the scales change within a block: fold them into the values (float64)
+            av, ae = _folded(a, fa, sub, sam, sae, sblk, 1)
+            bv, be = _folded(b, fb, sub, sbm, sbe, sblk, 0)
+            xa, xb = np.zeros((M, 1), np.int32), np.zeros((1, N), np.int32)
+            sga, sgb = np.ones((M, 1)), np.ones((1, N))
+            sblk = K
+            aspec, bspec = _specials(av, bv, L)
+            _k.fused_kernel(av, ae, bv, be, xa, xb, sga, sgb, True, K, aspec, bspec, c, L, F, rd, True, p, mode, emin,
+                            emax, ovf_inf, zexp, promote, out)  # fmt: skip
+            return out
+        all_f64 = True
+    sgu = bool((sga == 1).all() and (sgb == 1).all())
+    av, ae = _operand(a, fa, sub)
+    bv, be = _operand(b, fb, sub)
+    if scales is None:
+        aspec, bspec = _specials(av, bv, L)
+    else:
+        aspec, bspec = _specials(av, bv, L, sga, sgb, int(sblk))
+    _k.fused_kernel(av, ae, bv, be, xa, xb, sga, sgb, sgu, int(sblk), aspec, bspec, c, L, F, rd, all_f64, p, mode, emin,
+                    emax, ovf_inf, zexp, promote, out)  # fmt: skip
+    return out
+
+
+def _unit_sigs(sam: np.ndarray, sbm: np.ndarray) -> bool:
+    """Whether every scale significand is 1 (or NaN: a NaN scale takes the fallback path)."""
+    return bool(((sam == 1) | np.isnan(sam)).all() and ((sbm == 1) | np.isnan(sbm)).all())
+
+
+def _folded(codes, fmt: Format, sub: str, sig, sexp, block: int, axis: int):
+    """Values (float64) and exponents (int16) with per-``block`` scales folded in along ``axis``:
+    the value times the scale, the exponent plus the scale's (a NaN scale: no exponent)."""
+    v, e = decode_operand(codes, fmt, sub)
+    s = np.repeat(sig, block, axis=axis)
+    x = np.repeat(sexp, block, axis=axis)
+    fv = v * s * np.ldexp(1.0, x)
+    fe = np.where((e > NO_EXP // 2) & np.isfinite(s), e + x, _k.NONE16).astype(np.int16)
+    return np.ascontiguousarray(fv), np.ascontiguousarray(fe)

@@ -1,0 +1,426 @@
+"""``fp8sim.torch.linear``: ``y = x @ weight.T + bias`` as an autograd function whose three GEMMs run
+through an fp8sim recipe.
+
+For ``x (T, K)`` (T tokens; leading dimensions are flattened) and a torch weight ``(N, K)``:
+
+==========  ====================  =====  ==========================================================
+GEMM        product               K      how it runs (:func:`fp8sim.training.matmul`, role)
+==========  ====================  =====  ==========================================================
+Fprop       ``y  = x @ W^T``      K      ``matmul(x, weight, recipe, "fprop", layout="nk")``
+Dgrad       ``dx = dy @ W``       N      ``matmul(dy, weight, recipe, "dgrad")``
+Wgrad       ``dW = dy^T @ x``     T      ``matmul(x^T, dy, recipe, "wgrad")``, transposed to (N, K)
+==========  ====================  =====  ==========================================================
+
+These are the GEMMs of :class:`fp8sim.training.Linear` (whose master weight is ``weight.T``), with
+the same operands quantized along the same axes: activations ``x_format`` in ``x_granularity``
+along K (DeepSeek-V3's 1x128 tiles), the weight ``w_format`` in ``w_granularity`` (128x128), the
+gradient ``grad_format`` when the recipe has one (E5M2 for ``te-hybrid``) and ``x_format``
+otherwise; Dgrad and Wgrad run :meth:`fp8sim.Recipe.backward`; Wgrad re-quantizes ``x^T`` and
+``dy`` along the tokens and writes FP32.  The output and both gradients are therefore
+bit-identical to fp8sim's numpy API on the same values.
+
+Values and dtypes: float32, bfloat16 and float64 tensors (bfloat16 converted to float32 exactly;
+float16 is refused: the FP8 presets write BF16 values, and float16 does not hold them all -- its
+range ends at 65504 and below 2**-14 it loses bits).  ``x`` and ``weight`` may have different dtypes (e.g.
+FP32 master weights and BF16 activations).  The output and ``grad_x`` are converted to ``x``'s
+dtype, ``grad_weight`` to the weight's and ``grad_bias`` to the bias's (torch's round to nearest
+even: exact for BF16 values, one rounding of the FP32 weight gradient for a bfloat16 weight).
+
+Bias: added to the GEMM's fp32 result before the output cast, ``y = round(fp32(acc + fp32(bias)))``,
+the order of cuBLASLt's bias epilogue (the bias converted to fp32 first).  ``grad_bias`` is the sum
+of ``dy`` over the tokens in float64, rounded once to the bias's dtype.
+
+Devices: CPU tensors go to the numba kernels as numpy views (only bfloat16 tensors and
+non-contiguous operands are copied, as the kernels need); CUDA tensors go through
+:func:`_device_gemm`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..gemm_core import cast_output
+from ..recipes import Recipe
+from ..recipes import recipe as get_recipe
+from ..scaling import MX, DelayedScaling, Group, quantize
+from ..scaling import granularity as as_granularity
+from ..training.linear import matmul, quantize_operand
+
+__all__ = [
+    "linear",
+    "LinearFunction",
+    "LinearOptions",
+    "ActivationCache",
+    "SUPPORTED_DTYPES",
+    "options",
+    "group_recipe",
+    "expand_groups",
+]
+
+#: the torch dtypes :func:`linear` takes
+SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float64)
+_DEVICES = ("cpu", "cuda")
+_MMA_K = 32  # K of one FP8 MMA instruction
+
+
+# ------------------------------------------------------------------ options
+@dataclass(frozen=True)
+class ActivationCache:
+    """The number format in which a Linear layer keeps its input ``x`` for the Wgrad GEMM.
+
+    ``x`` is quantized to ``format`` with ``granularity`` along its channels (the Fprop GEMM's K)
+    and the scale format ``scale_format`` (None: the granularity's default, fp32 for tiles), and
+    Wgrad reads the dequantized values (re-quantizing them along the tokens as it always does).
+    DeepSeek-V3 keeps the input of the post-attention Linear as ``ActivationCache("e5m6", "1x128",
+    "pow2")``.  ``format`` may be any format of :func:`fp8sim.format` (12-bit E5M6 included: this
+    is a storage format, not a GEMM operand).  The emulation stores the dequantized float32 values,
+    the numbers Wgrad reads; it does not save memory by caching.
+    """
+
+    format: str = "e4m3"
+    granularity: str = "1x128"
+    scale_format: str | None = None
+
+    def values(self, x: np.ndarray) -> np.ndarray:
+        """``x`` (2-D, channels along axis 1) as this cache holds it: quantized, then dequantized
+        to float32."""
+        q = quantize(x, self.format, self.granularity, scale_format=self.scale_format)
+        return q.dequantize(np.float32)
+
+
+@dataclass(frozen=True)
+class LinearOptions:
+    """What :func:`linear` runs: the :class:`~fp8sim.Recipe`, the GEMM ``fidelity`` (as
+    :func:`fp8sim.gemm`), the activation cache for Wgrad (``None``: ``x`` as given, as
+    :class:`fp8sim.training.Linear` keeps it; ``"fprop"``: the Fprop GEMM's own quantization of
+    ``x``; or an :class:`ActivationCache`) and ``group_size`` (None, or per-group scaling of that
+    many consecutive elements along every GEMM's K: :func:`group_recipe`).  Made by
+    :func:`options`, which checks them."""
+
+    recipe: Recipe
+    fidelity: str = "exact"
+    cache: str | ActivationCache | None = None
+    group_size: int | None = None
+
+    @property
+    def caches(self) -> bool:
+        """True when Wgrad reads other values than ``x`` itself (``"fprop"`` with a wide recipe,
+        whose GEMMs round ``x`` to their own format anyway, keeps ``x``)."""
+        return isinstance(self.cache, ActivationCache) or (self.cache == "fprop" and self.recipe.is_fp8)
+
+    @cached_property
+    def gemm_recipe(self) -> Recipe:
+        """The recipe the GEMMs run: :attr:`recipe`, or its per-group variant (:func:`group_recipe`)."""
+        if self.group_size is None or not self.recipe.is_fp8:
+            return self.recipe
+        return group_recipe(self.recipe, self.group_size)
+
+
+def options(recipe="deepseek-v3", *, fidelity: str = "exact", cache=None, group_size=None) -> LinearOptions:
+    """Checked :class:`LinearOptions` (ValueError / TypeError naming the problem)."""
+    r = get_recipe(recipe)
+    for which in ("x_granularity", "w_granularity"):
+        if isinstance(as_granularity(getattr(r, which)), DelayedScaling):
+            raise ValueError(
+                f"fp8sim.torch: recipe {r.name!r} uses delayed scaling ({which}), which keeps an amax "
+                "history per operand of each layer; fp8sim.torch runs current scaling (every preset), "
+                "fp8sim.training.Linear runs delayed scaling"
+            )
+    if fidelity not in ("exact", "fast"):
+        raise ValueError(f"fp8sim.torch: fidelity must be 'exact' or 'fast', got {fidelity!r}")
+    if cache is not None and cache != "fprop" and not isinstance(cache, ActivationCache):
+        raise TypeError(f"fp8sim.torch: cache must be None, 'fprop' or an ActivationCache, got {cache!r}")
+    if isinstance(cache, ActivationCache):  # a cache that cannot quantize fails here, not in training
+        cache.values(np.zeros((1, 1), np.float32))
+    if group_size is not None:
+        if isinstance(group_size, bool) or not isinstance(group_size, (int, np.integer)):
+            raise TypeError(f"fp8sim.torch: group_size must be None or an int, got {group_size!r}")
+        group_size = int(group_size)
+        if r.is_fp8:
+            group_recipe(r, group_size)  # raises for a size the GEMM cannot run
+    return LinearOptions(r, fidelity, cache, group_size)
+
+
+# ------------------------------------------------------------------ per-group scaling
+def group_recipe(recipe, size: int) -> Recipe:
+    """The recipe of per-group scaling: ``size`` consecutive elements along K share a scale, on
+    both operands of every GEMM.
+
+    A multiple of 32 (one MMA instruction's K) is a recipe granularity: ``g{size}`` on both
+    operands, promoted (with the scales applied) every ``promote_every`` when that divides ``size``,
+    else every ``size``.  A divisor of 32 (16, 8) cannot be one: the tensor-core model multiplies
+    k=32 instructions.  It is emulated on the Hopper datapath as ``mxfp8`` emulates MX blocks: every
+    group of ``size`` gets its own k=32 instruction, whose other ``32 - size`` codes are zero, and
+    its own scaled promotion (:func:`expand_groups` spreads the operands; the recipe returned here
+    is the ``g32`` one that runs them).  Zero codes do not change the instruction's sum, and a
+    group's scale depends only on its own amax, so this is per-group scaling of ``size`` with
+    promotion after every group.  It is not a model of a block-scaled MMA (Blackwell's scale
+    vectors of 16), which fp8sim does not model.
+    """
+    r = get_recipe(recipe)
+    if not r.is_fp8:
+        raise ValueError(f"group_recipe: recipe {r.name!r} is not an FP8 recipe")
+    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
+        raise ValueError(f"group_recipe: size must be a positive int, got {size!r}")
+    size = int(size)
+    if size % _MMA_K and _MMA_K % size:
+        raise ValueError(
+            f"group_recipe: groups of {size} along K: the tensor-core model runs k={_MMA_K} MMA instructions, "
+            f"so a group size must be a multiple of {_MMA_K} or divide it (16, 8, ...)"
+        )
+    gk = max(size, _MMA_K)
+    g = MX(gk) if isinstance(as_granularity(r.x_granularity), MX) else Group(gk)
+
+    def every(p):  # the recipe's promotion interval where it divides a group, else one group
+        return p if p is not None and gk % p == 0 else gk
+
+    return r.with_(
+        name=f"{r.name}:g{size}",
+        x_granularity=g,
+        w_granularity=g,
+        promote_every=every(r.promote_every),
+        scale_at="promotion",
+        backward_promote_every=every(r.backward_promote_every) if r.grad_format is not None else None,
+        split_k=1,
+    )
+
+
+def expand_groups(a: np.ndarray, axis: int, size: int) -> np.ndarray:
+    """``a`` (2-D) with every group of ``size`` consecutive elements along ``axis`` moved to the start
+    of its own slot of 32 elements, the rest of the slot zero (the ragged last group zero-padded):
+    the operand layout of :func:`group_recipe` for sizes below 32.  Sizes of 32 and more are
+    returned as they are."""
+    if size >= _MMA_K:
+        return a
+    a = np.asarray(a)
+    at = np.moveaxis(a, axis, -1)
+    K = at.shape[-1]
+    G = -(-K // size)
+    out = np.zeros(at.shape[:-1] + (G, _MMA_K), a.dtype)
+    full = K // size
+    if full:
+        out[..., :full, :size] = at[..., : full * size].reshape(at.shape[:-1] + (full, size))
+    if K % size:
+        out[..., full, : K % size] = at[..., full * size :]
+    out = out.reshape(at.shape[:-1] + (G * _MMA_K,))
+    return np.ascontiguousarray(np.moveaxis(out, -1, axis))
+
+
+# ------------------------------------------------------------------ the GEMMs on the host
+def _numpy(t: torch.Tensor) -> np.ndarray:
+    """A CPU tensor as numpy: a view for float32 / float64, float32 values for bfloat16."""
+    t = t.detach()
+    if t.dtype == torch.bfloat16:
+        t = t.float()
+    return t.numpy()
+
+
+def _host_gemm(a: np.ndarray, b: np.ndarray, opts: LinearOptions, role: str, layout: str, bias=None) -> np.ndarray:
+    """One GEMM of ``role`` on host arrays: :func:`fp8sim.training.matmul` (``a (M, K)``, ``b``
+    ``(K, N)`` or ``(N, K)`` with ``layout="nk"``), the bias (fp32 values, or None) added before the
+    output cast."""
+    r = opts.gemm_recipe
+    if r.is_fp8 and opts.group_size is not None and opts.group_size < _MMA_K:
+        a = expand_groups(a, 1, opts.group_size)
+        b = expand_groups(b, 0 if layout == "kn" else 1, opts.group_size)
+    elif not r.is_fp8 and a.dtype != b.dtype:  # as fp8sim.training.Linear: one dtype for both operands
+        dt = np.result_type(a.dtype, b.dtype)
+        a, b = a.astype(dt), b.astype(dt)
+    if bias is None:
+        return np.asarray(matmul(a, b, r, role, layout=layout, fidelity=opts.fidelity))
+    if r.output_format == "fp64":
+        return np.asarray(matmul(a, b, r, role, layout=layout, fidelity=opts.fidelity)) + bias.astype(np.float64)
+    acc = np.asarray(matmul(a, b, r.with_(output_format="fp32"), role, layout=layout, fidelity=opts.fidelity))
+    with np.errstate(all="ignore"):
+        return cast_output(acc.astype(np.float32) + bias.astype(np.float32), r.output_format)
+
+
+def _host_cache(x: np.ndarray, opts: LinearOptions) -> np.ndarray:
+    """The values of ``x (T, K)`` that Wgrad reads under ``opts.cache``."""
+    c = opts.cache
+    if not opts.caches:
+        return x
+    if isinstance(c, ActivationCache):
+        return c.values(x)
+    r = opts.recipe
+    g = r.x_granularity  # the Fprop GEMM's quantization of x (per group with group_size)
+    if opts.group_size is not None:
+        g = MX(opts.group_size) if isinstance(as_granularity(g), MX) else Group(opts.group_size)
+    fmt: Any = r.x_format  # a format name or an fp8sim.Format
+    q = quantize_operand(x, fmt, g, 1, scale_format=r.scale_format, scale_rounding=r.scale_rounding, margin=r.margin)
+    return q.dequantize(np.float32)
+
+
+def _device_gemm(
+    a: torch.Tensor, b: torch.Tensor, opts: LinearOptions, role: str, layout: str, bias: torch.Tensor | None = None
+) -> torch.Tensor:
+    """One GEMM of ``role`` on CUDA tensors, the result (float32, float64 for fp64 recipes) on
+    ``a``'s device.  This is the host fallback: the operands are copied to the host, run by the
+    CPU kernels (:func:`_host_gemm`, the same bits) and the result is copied back."""
+    bn = None if bias is None else _numpy(bias.cpu())
+    y = _host_gemm(_numpy(a.cpu()), _numpy(b.cpu()), opts, role, layout, bn)
+    return torch.from_numpy(np.ascontiguousarray(y)).to(a.device)
+
+
+def _device_cache(x: torch.Tensor, opts: LinearOptions) -> torch.Tensor:
+    """:func:`_host_cache` for a CUDA tensor: the host fallback (copied to the host and back)."""
+    return torch.from_numpy(np.ascontiguousarray(_host_cache(_numpy(x.cpu()), opts))).to(x.device)
+
+
+def _gemm(a, b: torch.Tensor, opts: LinearOptions, role: str, layout: str, bias=None) -> torch.Tensor:
+    """One GEMM: CUDA tensors through :func:`_device_gemm`, CPU tensors and numpy arrays on the host."""
+    if isinstance(a, torch.Tensor) and a.is_cuda:
+        return _device_gemm(a, b, opts, role, layout, bias)
+    bn = None if bias is None else _numpy(bias)
+    an = a if isinstance(a, np.ndarray) else _numpy(a)
+    return torch.from_numpy(_host_gemm(an, _numpy(b), opts, role, layout, bn))
+
+
+# ------------------------------------------------------------------ autograd
+class LinearFunction(torch.autograd.Function):
+    """The autograd function of :func:`linear` (``apply(x (T, K), weight (N, K), bias, options)``,
+    inputs checked by :func:`linear`)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias, opts: LinearOptions) -> torch.Tensor:  # type: ignore[override]
+        ctx.opts = opts
+        ctx.dtypes = (x.dtype, weight.dtype, None if bias is None else bias.dtype)
+        ctx.has_bias = bias is not None
+        T, N = x.shape[0], weight.shape[0]
+        if T == 0:
+            ctx.save_for_backward(x, weight)
+            ctx.cached = None
+            return x.new_zeros((0, N))
+        y = _gemm(x, weight, opts, "fprop", "nk", bias)
+        if not opts.caches:
+            ctx.cached = None
+            ctx.save_for_backward(x, weight)
+        else:
+            ctx.cached = _device_cache(x, opts) if x.is_cuda else _host_cache(_numpy(x), opts)
+            ctx.save_for_backward(weight)
+        return y.to(x.dtype)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: Any, gy: torch.Tensor):  # type: ignore[override]
+        opts: LinearOptions = ctx.opts
+        xdt, wdt, bdt = ctx.dtypes
+        if ctx.cached is None:
+            x, weight = ctx.saved_tensors
+        else:
+            (weight,) = ctx.saved_tensors
+            x = ctx.cached
+        need_x, need_w, need_b = ctx.needs_input_grad[:3]
+        dx = dw = db = None
+        if gy.shape[0] == 0:
+            if need_x:
+                dx = gy.new_zeros((0, weight.shape[1]), dtype=xdt)
+            if need_w:
+                dw = torch.zeros_like(weight)
+            if need_b and ctx.has_bias:
+                db = gy.new_zeros((weight.shape[0],), dtype=bdt)
+            return dx, dw, db, None
+        if need_x:  # Dgrad: dx = dy @ W, K = N
+            dx = _gemm(gy, weight, opts, "dgrad", "kn").to(xdt)
+        if need_w:  # Wgrad: dW^T = x^T @ dy, K = T (tokens), re-quantized along the tokens
+            if isinstance(x, np.ndarray):  # the cached values (CPU)
+                xt = np.ascontiguousarray(x.T)
+            elif x.is_cuda:
+                xt = x.t()
+            else:
+                xt = np.ascontiguousarray(_numpy(x).T)
+            dw = _gemm(xt, gy, opts, "wgrad", "kn").t().contiguous().to(wdt)
+        if need_b and ctx.has_bias:
+            g64 = _numpy(gy.cpu()).astype(np.float64)
+            db = torch.from_numpy(g64.sum(axis=0)).to(device=gy.device, dtype=bdt)
+        return dx, dw, db, None
+
+
+# ------------------------------------------------------------------ checks and the public function
+def _check_tensor(t, name: str) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"fp8sim.torch.linear: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.layout != torch.strided:
+        raise TypeError(f"fp8sim.torch.linear: {name} must be a dense (strided) tensor, got layout {t.layout}")
+    if t.dtype == torch.float16:
+        raise TypeError(
+            f"fp8sim.torch.linear: {name} is float16, which is not supported: the FP8 recipes write BF16 "
+            "values, and float16 does not hold them all (its range ends at 65504, below 2**-14 it loses "
+            "bits); use bfloat16 or float32"
+        )
+    if t.dtype not in SUPPORTED_DTYPES:
+        raise TypeError(f"fp8sim.torch.linear: {name} has dtype {t.dtype}; supported: float32, bfloat16, float64")
+    if t.device.type not in _DEVICES:
+        raise ValueError(
+            f"fp8sim.torch.linear: {name} is on device {str(t.device)!r}; fp8sim runs tensors on 'cpu' and 'cuda'"
+        )
+
+
+def linear(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    *,
+    recipe="deepseek-v3",
+    fidelity: str = "exact",
+    cache=None,
+    group_size: int | None = None,
+) -> torch.Tensor:
+    """``x @ weight.T + bias`` (``torch.nn.functional.linear``) with Fprop, Dgrad and Wgrad run by
+    ``recipe``, bit-identical to fp8sim's numpy API (module docstring).
+
+    Parameters
+    ----------
+    x : ``(..., K)`` tensor (float32, bfloat16 or float64; any strides; leading dimensions are
+        flattened into tokens)
+    weight : ``(N, K)`` tensor (torch's layout)
+    bias : ``(N,)`` tensor or None
+    recipe : a preset name (:func:`fp8sim.recipe_names`) or a :class:`fp8sim.Recipe`; ``"bf16"`` is
+        the BF16 baseline through the same path
+    fidelity : ``"exact"`` (bit-exact accumulator model) or ``"fast"`` (as :func:`fp8sim.gemm`)
+    cache : what Wgrad reads as ``x``: None (``x`` itself), ``"fprop"`` (the values of the Fprop
+        GEMM's quantization of ``x``: DeepSeek-V3's FP8 activation cache) or an
+        :class:`ActivationCache`
+    group_size : None, or per-group scaling of ``group_size`` elements along K (:func:`group_recipe`)
+
+    Returns
+    -------
+    ``(..., N)`` tensor of ``x``'s dtype on ``x``'s device.  Errors: TypeError for tensors of other
+    dtypes (float16, integers) or layouts, ValueError for other devices, tensors on different
+    devices, a weight that is not 2-D or empty, ``x`` without a K axis of ``weight.shape[1]``, a
+    bias that is not ``(N,)``.
+    """
+    opts = recipe if isinstance(recipe, LinearOptions) else None
+    if opts is None:
+        opts = options(recipe, fidelity=fidelity, cache=cache, group_size=group_size)
+    _check_tensor(x, "x")
+    _check_tensor(weight, "weight")
+    if bias is not None:
+        _check_tensor(bias, "bias")
+    devices = {t.device for t in (x, weight, bias) if t is not None}
+    if len(devices) > 1:
+        raise ValueError(
+            f"fp8sim.torch.linear: x, weight and bias are on different devices: {sorted(map(str, devices))}"
+        )
+    if weight.dim() != 2:
+        raise ValueError(
+            f"fp8sim.torch.linear: weight must be 2-D (out_features, in_features), got shape {tuple(weight.shape)}"
+        )
+    N, K = weight.shape
+    if N == 0 or K == 0:
+        raise ValueError(f"fp8sim.torch.linear: weight must not be empty, got shape {tuple(weight.shape)}")
+    if x.dim() == 0 or x.shape[-1] != K:
+        raise ValueError(
+            f"fp8sim.torch.linear: x has shape {tuple(x.shape)}; its last dimension must be in_features = {K} "
+            f"(weight is {tuple(weight.shape)})"
+        )
+    if bias is not None and tuple(bias.shape) != (N,):
+        raise ValueError(f"fp8sim.torch.linear: bias must have shape ({N},), got {tuple(bias.shape)}")
+    lead = tuple(x.shape[:-1])
+    y = LinearFunction.apply(x.reshape(-1, K), weight, bias, opts)
+    return y.reshape(lead + (N,))

@@ -1,0 +1,158 @@
+"""``fp8sim.torch.Linear`` (a drop-in ``torch.nn.Linear`` whose GEMMs run an fp8sim recipe) and
+``fp8sim.torch.convert`` (swap a model's Linear layers in place)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+
+import torch
+
+from .function import LinearOptions, linear, options
+from .plans import Plan
+
+__all__ = ["Linear", "convert", "convertible"]
+
+
+class Linear(torch.nn.Linear):
+    """``torch.nn.Linear`` with Fprop, Dgrad and Wgrad run by an fp8sim recipe
+    (:func:`fp8sim.torch.linear`).
+
+    The parameters are ``weight (out_features, in_features)`` and ``bias``, as in ``nn.Linear``, so a
+    ``state_dict`` loads into the original model and back; it is an ``nn.Linear`` (``isinstance``
+    holds).  ``recipe``, ``fidelity``, ``cache`` and ``group_size`` are those of
+    :func:`~fp8sim.torch.linear`; they are checked here, once.
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = True,
+        device=None,
+        dtype=None,
+        *,
+        recipe="deepseek-v3",
+        fidelity: str = "exact",
+        cache=None,
+        group_size: int | None = None,
+    ) -> None:
+        super().__init__(in_features, out_features, bias, device, dtype)
+        self.options = _options(recipe, fidelity, cache, group_size)
+
+    @property
+    def recipe(self):
+        """The layer's :class:`fp8sim.Recipe`."""
+        return self.options.recipe
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        return linear(input, self.weight, self.bias, recipe=self.options)
+
+    def extra_repr(self) -> str:
+        o = self.options
+        s = f"{super().extra_repr()}, recipe={o.recipe.name!r}"
+        if o.cache is not None:
+            s += f", cache={o.cache!r}"
+        if o.group_size is not None:
+            s += f", group_size={o.group_size}"
+        return s
+
+    @classmethod
+    def from_linear(
+        cls,
+        module: torch.nn.Linear,
+        recipe="deepseek-v3",
+        *,
+        fidelity: str = "exact",
+        cache=None,
+        group_size: int | None = None,
+    ) -> Linear:
+        """A :class:`Linear` that shares ``module``'s parameters (the same ``Parameter`` objects: an
+        optimizer that holds them keeps working, tied weights stay tied).  ``recipe`` may be a
+        :class:`~fp8sim.torch.LinearOptions` (then the other options must be left out).  Hooks
+        registered on ``module`` are not carried over."""
+        if not isinstance(module, torch.nn.Linear):
+            raise TypeError(f"Linear.from_linear: module must be a torch.nn.Linear, got {type(module).__name__}")
+        new = cls.__new__(cls)
+        torch.nn.Module.__init__(new)
+        new.in_features, new.out_features = module.in_features, module.out_features
+        new.weight = module.weight
+        if module.bias is None:
+            new.register_parameter("bias", None)
+        else:
+            new.bias = module.bias
+        new.options = _options(recipe, fidelity, cache, group_size)
+        new.train(module.training)
+        return new
+
+
+def _options(recipe, fidelity, cache, group_size) -> LinearOptions:
+    if isinstance(recipe, LinearOptions):
+        if (fidelity, cache, group_size) != ("exact", None, None):
+            raise TypeError("fp8sim.torch.Linear: give either LinearOptions or fidelity/cache/group_size")
+        return recipe
+    return options(recipe, fidelity=fidelity, cache=cache, group_size=group_size)
+
+
+def convertible(module) -> bool:
+    """True for the modules :func:`convert` swaps: ``torch.nn.Linear`` and subclasses that keep its
+    ``forward`` (``NonDynamicallyQuantizableLinear``), not fp8sim's :class:`Linear` itself.
+    Subclasses with their own ``forward`` (LoRA, quantized layers, ...) are left alone."""
+    return (
+        isinstance(module, torch.nn.Linear)
+        and not isinstance(module, Linear)
+        and type(module).forward is torch.nn.Linear.forward
+    )
+
+
+def convert(
+    model: torch.nn.Module,
+    recipe="deepseek-v3",
+    *,
+    skip: Iterable[str] | str | Callable[[str, torch.nn.Module], bool] | None = None,
+) -> torch.nn.Module:
+    """Swap the Linear layers of ``model`` for :class:`Linear` layers running ``recipe``, in place, and
+    return ``model``.
+
+    Parameters
+    ----------
+    model : any ``torch.nn.Module`` (nested modules, ``Sequential``, ``ModuleList``, ``ModuleDict``);
+        a bare ``nn.Linear`` cannot be replaced in place: its converted copy is returned
+    recipe : a recipe name or :class:`fp8sim.Recipe` (that recipe, nothing else changed), or a
+        :class:`~fp8sim.torch.Plan` (:func:`fp8sim.torch.plan`: recipe, activation caches, group
+        size, master weights, layers to skip).  A name is a recipe: DeepSeek-V3's whole scheme is
+        ``plan("deepseek-v3")``
+    skip : the Linear layers that stay ``torch.nn.Linear``: fnmatch patterns matched against the
+        dotted module name and its last component (:func:`fp8sim.torch.matches`), or a predicate
+        ``(name, module) -> bool``; None takes the plan's (``DEFAULT_SKIP``: ``lm_head``, ``head``,
+        ``gate``, ``router``).  ``skip=()`` converts every Linear layer
+
+    Only :func:`convertible` modules are swapped; the projections inside
+    ``torch.nn.MultiheadAttention`` are not (it reads their weights without calling them).  The
+    converted layers share the original ``Parameter`` objects, so ``state_dict`` keys, tied weights
+    and an optimizer's references are unchanged (``plan.master_weights="fp32"`` changes their
+    dtype in place).  A layer reached under two names is converted once.
+    """
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"fp8sim.torch.convert: model must be a torch.nn.Module, got {type(model).__name__}")
+    p = recipe if isinstance(recipe, Plan) else Plan(recipe)
+    if skip is not None:
+        p = replace(p, skip=skip)
+    inside_mha = {id(c) for m in model.modules() if isinstance(m, torch.nn.MultiheadAttention) for c in m.children()}
+    new: dict[int, Linear] = {}
+    for name, m in model.named_modules():
+        if not convertible(m) or id(m) in inside_mha or id(m) in new:
+            continue
+        o = p.options_for(name, m)
+        if o is None:
+            continue
+        new[id(m)] = Linear.from_linear(m, o)
+        if p.master_weights == "fp32":
+            for t in (m.weight, m.bias):
+                if t is not None and t.dtype != torch.float32:
+                    t.data = t.data.float()
+    for parent in list(model.modules()):
+        for cname, child in list(parent._modules.items()):  # every name, also a child held twice
+            if child is not None and id(child) in new:
+                setattr(parent, cname, new[id(child)])
+    return new.get(id(model), model)
