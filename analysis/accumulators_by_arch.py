@@ -25,33 +25,8 @@ def main(argv=None):
     for r in rows:
         print(f"{r['distribution']:<8} {r['accumulator']:<22} {r['K']:>6} {r['promote_every'] or '-':>7} "
               f"{r['max_rel']:10.2e} {r['median_rel']:10.2e}")  # fmt: skip
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    dists = list(dict.fromkeys(r["distribution"] for r in rows))
-    fig, axes = plt.subplots(1, len(dists), figsize=(5 * len(dists), 4), sharey=True)
-    for ax, dist in zip(axes, dists):
-        for (label, *_), color in zip(accumulators.ACCUMULATORS, ("C0", "C1", "C2")):
-            for p, style in ((0, "-"), (128, "--")):
-                sel = [
-                    r
-                    for r in rows
-                    if r["distribution"] == dist and r["accumulator"] == label and r["promote_every"] == p
-                ]
-                ks = [r["K"] for r in sel]
-                med = [max(r["median_rel"], 1e-10) for r in sel]
-                ax.loglog(ks, med, style, color=color, marker="o", ms=3,
-                          label=f"{label}{', promote 128' if p else ''}")  # fmt: skip
-        ax.set_title(f"{dist} inputs (e4m3, amax 240)")
-        ax.set_xlabel("K")
-        ax.grid(True, which="both", alpha=0.3)
-    axes[0].set_ylabel("median relative error vs fp64 (floor 1e-10)")
-    axes[-1].legend(fontsize=7)
-    fig.tight_layout()
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-    fig.savefig(args.out, dpi=120)
+    accumulators.plot(rows, args.out)
     print(f"wrote {args.out}")
 
 

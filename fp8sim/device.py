@@ -21,7 +21,14 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["is_device_array", "as_cupy", "quantize_device", "cast_output_device", "gemm_device"]
+__all__ = [
+    "is_device_array",
+    "as_cupy",
+    "quantize_device",
+    "dequantize_device",
+    "cast_output_device",
+    "gemm_device",
+]
 
 _QUANT_SOURCE = r"""
 __device__ __forceinline__ unsigned char rne8(double q, unsigned int sign, int mbits, int emin, int max_mag,
@@ -44,22 +51,36 @@ __device__ __forceinline__ unsigned char rne8(double q, unsigned int sign, int m
     return (unsigned char)((unsigned int)mag | sign);
 }
 
-// codes[i * ldc + j] = RNE(x[i, j] / scale of its (bm, bc) block), for i < R, j < C; ldc >= C
+// codes[i * ldc + j] = RNE(x[i, j] / scale of its (bm, bc) block) for j < C, 0 for C <= j < ldc
 extern "C" __global__ void quantize8(const float* __restrict__ x, const float* __restrict__ scales,
                                      unsigned char* __restrict__ codes, long long R, long long C, long long ldc,
                                      int bm, int bc, int nbc, int mbits, int emin, int max_mag, int nan_code)
 {
     const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= R * C) return;
-    const long long i = t / C, j = t - i * C;
-    const float xv = x[t];
+    if (t >= R * ldc) return;
+    const long long i = t / ldc, j = t - i * ldc;
+    if (j >= C) { codes[t] = 0; return; }
+    const float xv = x[i * C + j];
     const float s = scales[(i / bm) * nbc + j / bc];
     const double q = (double)xv / (double)s;
     unsigned int sign;
     if (xv != xv) sign = (__float_as_uint(xv) >> 31) << 7;      // a NaN element keeps its sign
     else if (s != s) sign = (__float_as_uint(s) >> 31) << 7;    // a NaN scale: the scale's NaN
     else sign = (unsigned int)(__double_as_longlong(q) >> 63) << 7;
-    codes[i * ldc + j] = rne8(q, sign, mbits, emin, max_mag, nan_code);
+    codes[t] = rne8(q, sign, mbits, emin, max_mag, nan_code);
+}
+
+// the fp32 scale of a block from its amax (float32): float32(amax / fmax * m2) clamped to
+// [2^-126, FLT_MAX], NaN for a NaN amax (fp8sim.scaling.policy.scale_fp32)
+extern "C" __global__ void scales_fp32(const float* __restrict__ amax, float* __restrict__ s, long long n,
+                                       double fmt_max, double m2)
+{
+    const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= n) return;
+    const float a = amax[t];
+    if (a != a) { s[t] = __int_as_float(0x7FC00000); return; }
+    const double q = (double)(float)(((double)a / fmt_max) * m2);
+    s[t] = (float)fmin(fmax(q, 0x1p-126), 3.4028234663852886e38);
 }
 
 // y (float32 storage) rounded to bf16 (RNE) or kept as fp32, NaN as the canonical quiet NaN
@@ -127,7 +148,8 @@ def as_cupy(a):
     return cp.asarray(a)
 
 
-def _float32(x, name: str):
+def as_float32(x, name: str):
+    """A device array as contiguous float32 CuPy (bfloat16/float16 widened exactly); TypeError otherwise."""
     import cupy as cp
 
     x = as_cupy(x)
@@ -158,15 +180,19 @@ def quantize_device(x, fmt, block: tuple[int, int], *, margin: int = 0, kp: int 
     a = _abs_finite(x)  # |x|, inf as 0 (an amax skips inf; NaN stays NaN)
     if nbr * bm != R or nbc * bc != C:
         a = cp.pad(a, ((0, nbr * bm - R), (0, nbc * bc - C)))
-    amax = a.reshape(nbr, bm, nbc, bc).max(axis=3).max(axis=1).astype(cp.float64)  # two stages: parallel
-    s = ((amax / float(fmt.max)) * 2.0 ** int(margin)).astype(cp.float32).astype(cp.float64)
-    s = cp.clip(s, 2.0**-126, float(np.finfo(np.float32).max))
-    scales = cp.where(cp.isnan(amax), cp.nan, s).astype(cp.float32)
+    a = a.reshape(nbr, bm, nbc, bc)
+    amax = a.max(axis=3) if bc > 1 else a[:, :, :, 0]  # two stages, each parallel over its outputs
+    amax = cp.ascontiguousarray(amax.max(axis=1) if bm > 1 else amax[:, 0, :])
+    scales = cp.empty((nbr, nbc), cp.float32)
+    k = _kernels()
+    k.get_function("scales_fp32")(
+        (-(-amax.size // 256),), (256,), (amax, scales, np.int64(amax.size), float(fmt.max), 2.0 ** int(margin))
+    )
     kp = C if kp is None else int(kp)
-    codes = cp.zeros((R, kp), cp.uint8) if kp != C else cp.empty((R, C), cp.uint8)
-    n = R * C
+    codes = cp.empty((R, kp), cp.uint8)
+    n = R * kp
     nan_code = fmt.nan_code if fmt.nan_code is not None else fmt.max_code_mag
-    _kernels().get_function("quantize8")(
+    k.get_function("quantize8")(
         (-(-n // 256),),
         (256,),
         (
@@ -189,7 +215,8 @@ def cast_output_device(y, out_fmt: str):
     return out
 
 
-def _unsupported(r, fmt_x, fmt_w, gx, gw) -> str | None:
+def unsupported_reason(r, fmt_x, fmt_w, gx, gw) -> str | None:
+    """Why the GPU path cannot run recipe ``r`` with these formats and granularities, or None."""
     from .rounding.fast8 import fast_params
     from .scaling.granularities import NVFP4, DelayedScaling
 
@@ -208,24 +235,41 @@ def _unsupported(r, fmt_x, fmt_w, gx, gw) -> str | None:
     return None
 
 
-def gemm_device(x, w, r, layout: str = "kn"):
+def dequantize_device(codes, scales, fmt, block: tuple[int, int]):
+    """``decode(codes) * scale`` of its block, exact in float64 and rounded once to float32, as
+    :meth:`fp8sim.QuantizedTensor.dequantize` computes it; CuPy arrays ``codes (R, C)``, ``scales``."""
+    import cupy as cp
+
+    from .rounding import decode_table
+
+    R, C = codes.shape
+    bm, bc = int(block[0]), int(block[1])
+    table = cp.asarray(decode_table(fmt).astype(np.float64))
+    s = cp.repeat(cp.repeat(scales.astype(cp.float64), bm, axis=0)[:R], bc, axis=1)[:, :C]
+    return (table[codes] * s).astype(cp.float32)
+
+
+def gemm_device(x, w, r, layout: str = "kn", *, formats=None, granularities=None):
     """The FP8 GEMM of recipe ``r`` (a :class:`~fp8sim.Recipe`) on device arrays: ``x (M, K)``, ``w (K, N)``
-    or ``(N, K)`` with ``layout="nk"``.  Returns a CuPy float32 (M, N) array of output-format values."""
+    or ``(N, K)`` with ``layout="nk"``.  Returns a CuPy float32 (M, N) array of output-format values.
+
+    ``formats`` and ``granularities`` (pairs for x and w, spelled as in a recipe) override the
+    recipe's own, as a training GEMM's role needs (:func:`fp8sim.training.matmul`)."""
     import cupy as cp
 
     from .formats import format as get_format
     from .scaled import padded_k, run_codes
     from .scaling.orientation import along_k
 
-    fx, fw = get_format(r.x_format), get_format(r.w_format)
-    gx_spec, gw_spec = r.x_granularity, r.w_granularity
-    why = _unsupported(r, fx, fw, gx_spec, gw_spec)
+    fx, fw = (get_format(f) for f in (formats or (r.x_format, r.w_format)))
+    gx_spec, gw_spec = granularities or (r.x_granularity, r.w_granularity)
+    why = unsupported_reason(r, fx, fw, gx_spec, gw_spec)
     if why is not None:
         raise NotImplementedError(
             f"fp8sim.gemm on device arrays: {why} is not implemented on the GPU; pass host arrays"
         )
-    x = _float32(x, "x")
-    w = _float32(w, "w")
+    x = as_float32(x, "x")
+    w = as_float32(w, "w")
     M, K = x.shape
     if layout == "nk":
         N, Kw = w.shape
@@ -261,7 +305,11 @@ def gemm_device(x, w, r, layout: str = "kn"):
     j = np.arange(nks) * kscale
     ia = np.minimum(j // bkx, sx.shape[1] - 1) if sx.shape[1] > 1 else np.zeros(nks, int)
     iw = np.minimum(j // bkw, sw.shape[0] - 1) if sw.shape[0] > 1 else np.zeros(nks, int)
-    sa = cp.ascontiguousarray(cp.repeat(sx, bmx, axis=0)[:M][:, cp.asarray(ia)])
-    sb = cp.ascontiguousarray(cp.repeat(sw, bnw, axis=1)[:, :N][cp.asarray(iw)])
+    ident_a = sx.shape[1] == nks and (ia == np.arange(nks)).all()
+    ident_w = sw.shape[0] == nks and (iw == np.arange(nks)).all()
+    sa = sx if bmx == 1 else cp.repeat(sx, bmx, axis=0)[:M]
+    sa = cp.ascontiguousarray(sa if ident_a else sa[:, cp.asarray(ia)])
+    sb = sw if bnw == 1 else cp.repeat(sw, bnw, axis=1)[:, :N]
+    sb = cp.ascontiguousarray(sb if ident_w else sb[cp.asarray(iw)])
     y32 = run_codes(A, Bt.T, sa, sb, kscale if kscale < K else Kp, fx, fw, r, K=K, backend="cupy")
     return cast_output_device(y32, r.output_format)

@@ -97,7 +97,7 @@ def _check_inputs(x, w, layout: str):
         if len(w.shape) != 2:
             raise ValueError(f"fp8sim.gemm: w must be 2-D, got shape {w.shape}")
         if layout == "nk":
-            w = _transpose_q(w)
+            w = transpose_quantized(w)
     elif layout == "nk":
         w = w.T
     if isinstance(x, QuantizedTensor) and len(x.shape) != 2:
@@ -113,9 +113,9 @@ def _check_inputs(x, w, layout: str):
 
 
 # ------------------------------------------------------------------ orientation along K
-def _transpose_q(q: QuantizedTensor) -> QuantizedTensor:
+def transpose_quantized(q: QuantizedTensor) -> QuantizedTensor:
     """The QuantizedTensor of a 2-D ``q``'s transpose: codes, scales, amax AND granularity
-    transposed, so that ``_transpose_q(q).dequantize() == q.dequantize().T``."""
+    transposed, so that ``transpose_quantized(q).dequantize() == q.dequantize().T``."""
     g = transpose_granularity(q.granularity)
     shape = tuple(q.shape)[::-1]
     if tuple(q.scales.shape[::-1]) != g.scale_shape(shape):  # scales that do not fit their granularity

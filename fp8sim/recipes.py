@@ -38,9 +38,15 @@ A :class:`Recipe` names, for ``y = x @ w`` with ``x (M, K)`` and ``w (K, N)``:
   kernel do (scales at promotion are applied inside each slice; epilogue scales after the sum);
 * the output format (``"bf16"``: RNE from fp32, ``"fp32"``, ``"fp64"``);
 * for TransformerEngine-style hybrid recipes, the gradient format and the
-  promotion used by the backward GEMMs (:meth:`Recipe.backward`).
+  promotion used by the backward GEMMs (:meth:`Recipe.backward`);
+* for training (:mod:`fp8sim.training`), TransformerEngine's NVFP4 techniques:
+  ``weight_2d_blocks`` (one scale per 16x16 block of an NVFP4 weight, so ``W`` and ``W^T`` share
+  scales), ``wgrad_rht`` and ``rht_seed`` (a random Hadamard transform of both Wgrad operands along
+  the tokens, :mod:`fp8sim.scaling.hadamard`) and ``grad_rounding`` (``"sr"``: stochastic rounding
+  of the gradient operands).  Their defaults leave a recipe as it was.
 
-Named presets: :data:`PRESETS`, looked up with :func:`recipe`.
+Named presets: :data:`PRESETS`, looked up with :func:`recipe` (the presets beyond Hopper, issue 16,
+are made in :mod:`fp8sim.recipes_blackwell`).
 """
 
 from __future__ import annotations
@@ -191,6 +197,14 @@ class Recipe:
     scale policy (as :func:`fp8sim.quantize` checks it; ``margin`` an int), booleans that are
     real booleans.  Unknown names raise :class:`~fp8sim.formats.UnknownNameError` naming the
     closest known ones.
+
+    The training options (used by :mod:`fp8sim.training`; defaults: off) are TransformerEngine's
+    NVFP4 techniques: ``weight_2d_blocks`` (NVFP4 weights with one E4M3 scale per 16x16 block,
+    :func:`fp8sim.scaling.nvfp4.quantize_nvfp4_2d`; NVFP4 recipes only), ``wgrad_rht`` (a random
+    Hadamard transform of size 16 of both Wgrad operands along their K, the tokens;
+    :func:`fp8sim.scaling.hadamard.rht`) with ``rht_seed`` (None: TransformerEngine's fixed
+    signs; an int: signs from that seed), and ``grad_rounding`` (``"rne"`` or ``"sr"``: the
+    element rounding of the gradient operands of Dgrad and Wgrad).
     """
 
     name: str
@@ -212,6 +226,10 @@ class Recipe:
     split_order: str = "sequential"
     grad_format: str | Format | None = None
     backward_promote_every: int | None = None
+    weight_2d_blocks: bool = False
+    wgrad_rht: bool = False
+    rht_seed: int | None = None
+    grad_rounding: str = "rne"
     validated: bool = False
     description: str = field(default="", compare=False)
 
@@ -276,6 +294,7 @@ class Recipe:
             self._check_block_scaled(who)
         else:
             self._check_scaling(who)
+        self._check_training(who)
         if self.grad_format is not None:
             self.backward()  # the backward recipe must be valid too (raises here, not in training)
 
@@ -388,6 +407,39 @@ class Recipe:
                 "tensor scale is applied)"
             )
         get_model(self.accumulator)  # type: ignore[arg-type]
+
+    def _check_training(self, who: str) -> None:
+        """The training options: NVFP4 2D weight blocks, the Wgrad random Hadamard transform and the
+        gradients' rounding (TransformerEngine's NVFP4BlockScaling techniques)."""
+        from .rounding import RoundMode, round_mode
+        from .scaling import NVFP4
+        from .scaling import granularity as _granularity
+
+        for which in ("weight_2d_blocks", "wgrad_rht"):
+            if not isinstance(getattr(self, which), bool):
+                raise TypeError(f"{who}: {which} must be True or False, got {getattr(self, which)!r}")
+        if self.rht_seed is not None and not is_int(self.rht_seed):
+            raise TypeError(
+                f"{who}: rht_seed must be None (TransformerEngine's fixed signs) or an int, got {self.rht_seed!r}"
+            )
+        if self.rht_seed is not None:
+            object.__setattr__(self, "rht_seed", int(self.rht_seed))
+        try:
+            m = round_mode(self.grad_rounding, allowed=(RoundMode.RNE, RoundMode.SR), what="grad_rounding")
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"{who}: {e}") from None
+        object.__setattr__(self, "grad_rounding", m.label)
+        if not self.is_fp8 and (self.weight_2d_blocks or self.wgrad_rht or self.grad_rounding != "rne"):
+            raise ValueError(
+                f"{who}: weight_2d_blocks, wgrad_rht and grad_rounding='sr' apply to quantized operands; "
+                f"{_fmt_name(self.x_format)!r} operands are not quantized"
+            )
+        if self.weight_2d_blocks and not (self.block_scaled and isinstance(_granularity(self.w_granularity), NVFP4)):
+            raise ValueError(
+                f"{who}: weight_2d_blocks (one E4M3 scale per 16x16 weight block) needs an NVFP4 recipe: "
+                f"w_granularity 'nvfp4' on a block-scaled accumulator, got {self.w_granularity!r} on "
+                f"{self.accumulator!r}"
+            )
 
     @property
     def block_scaled(self) -> bool:
@@ -707,74 +759,8 @@ def recipe(name) -> Recipe:
     return PRESETS[key]
 
 
-# ---- beyond Hopper (issue 16): emulated on the MMA-Sim models, NOT validated on hardware
-_NOT_HW = "Emulated, not validated on hardware: the accumulator matches MMA-Sim (validated by its authors)."
-_add(
-    Recipe(
-        "deepseek-v3-blackwell",
-        "e4m3",
-        "e4m3",
-        "1x128",
-        "128x128",
-        scale_format="fp32",
-        accumulator="sm100:tcgen05.mma.kind::f8f6f4",
-        promote_every=128,
-        scale_at="promotion",
-        scale_application="fma",
-        output_format="bf16",
-        description="DeepSeek-V3's scaling (E4M3, 1x128 / 128x128 fp32 scales, fma promotion every 128, bf16 "
-        "out) on Blackwell's tcgen05.mma kind::f8f6f4 accumulator (25 fraction bits, truncation, RZ to fp32). "
-        + _NOT_HW,
-    )
-)
-_add(
-    Recipe(
-        "mxfp8-blackwell",
-        "e4m3",
-        "e4m3",
-        "mx32",
-        "mx32",
-        scale_format="e8m0",
-        accumulator="sm100:tcgen05.mma.kind::mxf8f6f4",
-        promote_every=None,
-        scale_at="epilogue",
-        output_format="bf16",
-        description="OCP MXFP8 on Blackwell: E4M3 with UE8M0 scales per 32 along K folded into tcgen05.mma "
-        "kind::mxf8f6f4 (each product carries its scales' exponents; one 25-bit accumulation over all of K, "
-        "no separate promotion), bf16 out. " + _NOT_HW,
-    )
-)
-_add(
-    Recipe(
-        "mxfp4",
-        "e2m1",
-        "e2m1",
-        "mx32",
-        "mx32",
-        scale_format="e8m0",
-        accumulator="sm100:tcgen05.mma.kind::mxf4",
-        promote_every=None,
-        scale_at="epilogue",
-        output_format="bf16",
-        description="OCP MXFP4 on Blackwell: E2M1 with UE8M0 scales per 32 along K in tcgen05.mma kind::mxf4 "
-        "(exact sums of 16 products, scaled, 35-bit fused accumulation), bf16 out. " + _NOT_HW,
-    )
-)
-_add(
-    Recipe(
-        "nvfp4",
-        "e2m1",
-        "e2m1",
-        "nvfp4",
-        "nvfp4",
-        accumulator="sm100:tcgen05.mma.kind::mxf4nvf4",
-        promote_every=None,
-        scale_at="epilogue",
-        output_format="bf16",
-        description="NVFP4 as TransformerEngine's NVFP4BlockScaling quantizes the forward GEMM: E2M1 with a UE4M3 "
-        "scale per 16 elements along K times an fp32 tensor scale (applied as the GEMM's alpha), RNE, on "
-        "tcgen05.mma kind::mxf4nvf4, bf16 out. Not modelled here: TE's 16x16 2D weight blocks (weights use "
-        "1x16 along K), the random Hadamard transform of the Wgrad inputs, stochastic rounding of gradients "
-        "(fp8sim.quantize(mode='sr') on the backward operands) and the layers kept in BF16. " + _NOT_HW,
-    )
-)
+# ---- beyond Hopper (issue 16): emulated on the MMA-Sim models, made in their own module
+from .recipes_blackwell import PRESETS_BEYOND_HOPPER  # noqa: E402  (data only: no import cycle)
+
+for _fields in PRESETS_BEYOND_HOPPER:
+    _add(Recipe(**_fields))

@@ -1,7 +1,8 @@
 """``fp8sim report``: the headline studies as one self-contained HTML page.
 
 Each study is a function ``(out_dir, quick, progress, opts) -> section`` (the sections are in
-:mod:`fp8sim.studies.sections`) where ``opts`` holds the study's options from a config file (see
+:mod:`fp8sim.studies.sections`, and the comparison of Hopper's, Blackwell's and CDNA3's
+accumulators in :func:`fp8sim.studies.accumulators.section`) where ``opts`` holds the study's options from a config file (see
 :data:`OPTIONS`) and the seed, and a section is a dict with a title, HTML
 body, figure paths, CSV paths and headline numbers; :func:`build` runs them,
 embeds the figures and writes ``index.html``, ``summary.json`` and the
@@ -48,12 +49,9 @@ from .studies import STUDY_NAMES, accumulation, granularity
 from .studies.sections import (
     MODES,
     ROUNDING_FORMATS,
-    STUDIES,
-    STUDY_IDS,
     TRAINING_RECIPES,
     TRAINING_RECIPES_QUICK,
     capture_dir,
-    get_study,
     html_table,
     mode_errors,
     study_accumulation,
@@ -97,7 +95,34 @@ __all__ = [
     "study_accumulation",
     "study_tensorcore",
     "study_training",
+    "study_accelerators",
 ]
+
+
+def study_accelerators(out: Path, quick: bool, progress: bool, opts: dict) -> dict:
+    """Hopper's, Blackwell's and CDNA3's accumulators on the same e4m3 products (options: k_max,
+    size, distributions): :func:`fp8sim.studies.accumulators.section`."""
+    from .studies import accumulators
+
+    return accumulators.section(out, quick, progress, opts)
+
+
+#: the report's sections in page order: those of :mod:`fp8sim.studies.sections`, with the
+#: accelerators comparison after the accumulation study
+STUDIES = [study_formats, study_rounding, study_granularity, study_accumulation, study_accelerators]
+STUDIES += [study_tensorcore, study_training]
+#: study id (``formats``, ``rounding``, ..., ``accelerators``) -> its section function
+STUDY_IDS = {f.__name__.removeprefix("study_"): f for f in STUDIES}
+
+
+def get_study(name: str):
+    """The section function of the study ``name`` (a key of :data:`STUDY_IDS`); an unknown name raises
+    :class:`~fp8sim.formats.UnknownNameError`."""
+    try:
+        return STUDY_IDS[name]
+    except (KeyError, TypeError):
+        raise unknown_name_error("study", name, STUDY_IDS, plural="studies") from None
+
 
 #: the GEMM fidelities of the training study (``fp8sim.training.train``'s ``fidelity``)
 FIDELITIES = ("fast", "exact")
@@ -144,6 +169,7 @@ OPTIONS: dict[str, dict[str, str]] = {
         "distributions": "distributions/accumulation",
         "recipes": "recipes",
     },
+    "accelerators": {"k_max": "int128", "size": "int", "distributions": "distributions/accumulation"},
     "tensorcore": {"captures": "path"},
     "training": {"recipes": "recipes", "steps": "int", "fidelity": "fidelity"},
 }
@@ -307,7 +333,7 @@ def environment() -> dict:
 
 
 # relative cost of each study on a fresh installation (mostly numba compilation), for scheduling
-_COST = {"granularity": 6, "accumulation": 4, "training": 3, "rounding": 2}
+_COST = {"granularity": 6, "accumulation": 4, "training": 3, "rounding": 2, "accelerators": 2}
 
 
 def _groups(index: list, names: list, jobs: int) -> list:

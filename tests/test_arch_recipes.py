@@ -157,3 +157,23 @@ def test_study_orders_the_accumulators_by_their_bits():
     e = {r["accumulator"]: r["max_rel"] for r in rows}
     assert e["sm90 wgmma"] > 0.02
     assert e["sm100 tcgen05 f8f6f4"] < 1e-5 and e["cdna3 mfma"] < 1e-5
+
+
+def test_report_section_compares_the_three_accumulators(tmp_path):
+    from fp8sim import report
+
+    assert list(report.STUDY_IDS).index("accelerators") == list(report.STUDY_IDS).index("accumulation") + 1
+    cfg = {"accelerators": {"k_max": 1024, "size": 4, "distributions": ["uniform"]}}
+    summary = report.build(tmp_path / "r", progress=False, studies=["accelerators"], config=cfg)
+    sec = summary["sections"]["accelerators"]
+    labels = ("sm90 wgmma", "sm100 tcgen05 f8f6f4", "cdna3 mfma")
+    assert set(sec) == {f"uniform/{a}/{p}" for a in labels for p in ("none", 128)}
+    assert all(v["K"] == 1024 for v in sec.values())
+    # Hopper's 13 fraction bits lose far more than Blackwell's 25 and CDNA3's 24 without promotion
+    assert sec["uniform/sm90 wgmma/none"]["median"] > 100 * sec["uniform/sm100 tcgen05 f8f6f4/none"]["median"]
+    assert sec["uniform/sm90 wgmma/none"]["median"] > 100 * sec["uniform/cdna3 mfma/none"]["median"]
+    page = (tmp_path / "r" / "index.html").read_text()
+    assert "<h2>Accumulators by architecture: Hopper, Blackwell, CDNA3</h2>" in page
+    assert "accelerators/accumulators_by_arch.png" in summary["files"]
+    with pytest.raises(report.ConfigError, match="k_max"):
+        report.validate_config({"accelerators": {"k_max": 64}})

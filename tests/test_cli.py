@@ -84,7 +84,15 @@ def test_report_quick(tmp_path, capsys):
     assert summary["sections"]["formats"]["e4m3"]["max"] == 448.0
     rn = summary["sections"]["rounding"]["e4m3/rne"]["mean_rel_error"]
     assert 0 < rn < 2.0**-4  # below the unit roundoff of E4M3
-    assert set(summary["sections"]) == {"formats", "rounding", "granularity", "accumulation", "tensorcore", "training"}
+    assert set(summary["sections"]) == {
+        "formats",
+        "rounding",
+        "granularity",
+        "accumulation",
+        "accelerators",
+        "tensorcore",
+        "training",
+    }
     assert summary["sections"]["training"]["steps"] == 4
     assert set(summary["sections"]["training"]) == {"steps", "bf16", "deepseek-v3"}
 

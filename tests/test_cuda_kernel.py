@@ -182,3 +182,47 @@ def test_recorded_gpu_run_is_of_this_kernel():
     assert rec["kernel_outputs_compared"] >= 10_000_000 and rec["kernel_mismatches"] == 0
     assert rec["device_gemm_outputs_compared"] >= 1_000_000 and rec["device_gemm_mismatches"] == 0
     assert rec["failures"] == []
+
+
+@needs_gpu
+@pytest.mark.parametrize("recipe", ["deepseek-v3", "te-hybrid", "cublaslt-block", "per-tensor"])
+@pytest.mark.parametrize("role", ["fprop", "dgrad", "wgrad"])
+def test_device_training_gemm_roles(recipe, role):
+    """gemm_device with a role's formats and granularities == fp8sim.training.matmul on the host."""
+    import cupy as cp
+
+    from fp8sim.device import gemm_device
+    from fp8sim.training.linear import matmul, role_formats, role_granularities, role_recipe
+
+    rng = np.random.default_rng(5)
+    r = fp8sim.recipe(recipe)
+    T, din, dout = 300, 256, 384
+    if role == "fprop":
+        a, b, layout = rng.standard_normal((T, din)), rng.standard_normal((dout, din)) * 0.05, "nk"
+    elif role == "dgrad":
+        a, b, layout = rng.standard_normal((T, dout)) * 1e-3, rng.standard_normal((dout, din)) * 0.05, "kn"
+    else:
+        a, b, layout = rng.standard_normal((din, T)), rng.standard_normal((T, dout)) * 1e-3, "kn"
+    a, b = a.astype(np.float32), b.astype(np.float32)
+    ref = matmul(a, b, r, role, layout=layout)
+    got = gemm_device(
+        cp.asarray(a), cp.asarray(b), role_recipe(r, role), layout,
+        formats=role_formats(r, role), granularities=role_granularities(r, role),
+    )  # fmt: skip
+    assert _same(ref, cp.asnumpy(got)).all()
+
+
+@needs_gpu
+def test_dequantize_device():
+    import cupy as cp
+
+    from fp8sim.device import dequantize_device, quantize_device
+
+    rng = np.random.default_rng(6)
+    x = (rng.standard_normal((130, 300)) * 10).astype(np.float32)
+    q = fp8sim.quantize(x, "e4m3", "1x128")
+    codes, scales = quantize_device(cp.asarray(x), fp8sim.format("e4m3"), (1, 128))
+    assert (cp.asnumpy(codes) == q.codes).all() and _same(q.scales, cp.asnumpy(scales)).all()
+    assert _same(
+        q.dequantize(np.float32), cp.asnumpy(dequantize_device(codes, scales, fp8sim.format("e4m3"), (1, 128)))
+    ).all()

@@ -447,13 +447,13 @@ def test_nk_quantized_weights_keep_their_scales(g, blk, gt, r):
 )
 @pytest.mark.parametrize("shape", [(300, 200), (7, 130), (1, 64)])
 def test_transpose_q_dequantizes_to_the_transpose(g, shape):
-    from fp8sim.pipeline import _transpose_q
+    from fp8sim.pipeline import transpose_quantized
 
     rng = np.random.default_rng(10)
     a = (rng.standard_normal(shape) * np.exp(rng.normal(0, 3, shape))).astype(np.float32)
     gg = fp8sim.granularity(g) if g != "g8@0" else Group(8, axis=0)
     q = fp8sim.quantize(a, "e2m1" if g == "nvfp4" else "e4m3", gg)
-    t = _transpose_q(q)
+    t = transpose_quantized(q)
     assert t.shape == shape[::-1] and t.granularity == transpose_granularity(q.granularity)
     assert np.array_equal(t.dequantize(np.float64), q.dequantize(np.float64).T)
 

@@ -21,6 +21,8 @@ from hypothesis import strategies as st  # noqa: E402
 import fp8sim  # noqa: E402
 import fp8sim.torch as ft  # noqa: E402
 from fp8sim.recipes import Recipe  # noqa: E402
+from fp8sim.scaling import DelayedScaling  # noqa: E402
+from fp8sim.torch.stateful import is_stateful  # noqa: E402
 from fp8sim.training.linear import Linear as NpLinear  # noqa: E402
 from fp8sim.training.linear import Param, matmul, quantize_operand  # noqa: E402
 from fp8sim.training.model import Context, precision_for  # noqa: E402
@@ -90,11 +92,60 @@ def test_forward_and_gradients_match_numpy_linear(recipe):
         with pytest.raises(type(e)):
             run(x, w, dy, recipe)
         return
-    y, dx, dw, _ = run(x.reshape(2, 24, -1), w, dy.reshape(2, 24, -1), recipe)
+    state = ft.LayerState("l") if is_stateful(fp8sim.recipe(recipe)) else None  # seeds of numpy's layer "l"
+    y, dx, dw, _ = run(x.reshape(2, 24, -1), w, dy.reshape(2, 24, -1), recipe, state=state)
     assert y.shape == (2, 24, 96) and dx.shape == (2, 24, 160) and dw.shape == (96, 160)
     assert_bits(y.reshape(48, 96), y_ref)
     assert_bits(dx.reshape(48, 160), dx_ref)
     assert_bits(dw, dw_ref)
+
+
+@pytest.mark.parametrize("recipe", ["delayed", "nvfp4"])
+def test_stateful_recipes_match_numpy_linear_over_steps(recipe):
+    """Delayed scaling (amax histories that carry from step to step) and NVFP4 (stochastic rounding of
+    gradients drawn per (seed, step, layer, operand)): ft.Linear over 4 steps against one
+    fp8sim.training.Linear driven with the same seed and steps, bit for bit at every step."""
+    if recipe == "delayed":
+        r = fp8sim.recipe("deepseek-v3").with_(
+            name="delayed",
+            x_granularity=DelayedScaling(4),
+            w_granularity=DelayedScaling(4),
+            promote_every=128,
+            scale_at="epilogue",
+        )
+    else:
+        r = fp8sim.recipe(recipe)
+    x, w, dy, _ = data(T=64, K=128, N=64, seed=11)
+    ctx = Context(precision_for(r, ("qkv",)))
+    ctx.sr_seed = 7
+    ref = NpLinear("blk.l", "qkv", Param("blk.l.weight", np.ascontiguousarray(w.T)))
+    mod = ft.Linear(128, 64, bias=False, recipe=r, name="blk.l", seed=7)
+    assert mod.state is not None
+    with torch.no_grad():
+        mod.weight.copy_(torch.from_numpy(w))
+    for step in range(4):
+        scale = np.float32(2.0**step)  # amaxes that change: the history matters
+        ctx.step = step
+        ref.weight.grad[:] = 0
+        y_ref = ref.forward(x * scale, ctx)
+        dx_ref = ref.backward(dy * scale, ctx)
+        xt = torch.from_numpy(x * scale).requires_grad_()
+        mod.weight.grad = None
+        y = mod(xt)
+        y.backward(torch.from_numpy(dy * scale))
+        assert_bits(y, y_ref)
+        assert_bits(xt.grad, dx_ref)
+        assert_bits(mod.weight.grad, ref.weight.grad.T)
+    assert mod.state.step == 4
+
+
+def test_stateful_recipe_needs_a_state():
+    r = fp8sim.recipe("per-tensor").with_(name="delayed", x_granularity=DelayedScaling())
+    x, w, dy, _ = data(T=16, K=64, N=32)
+    with pytest.raises(ValueError, match="state=fp8sim.torch.LayerState"):
+        ft.linear(torch.from_numpy(x), torch.from_numpy(w), recipe=r)
+    with pytest.raises(TypeError, match="LayerState"):
+        ft.linear(torch.from_numpy(x), torch.from_numpy(w), recipe=r, state={})
 
 
 def test_fp64_recipe_on_float64_tensors_matches_numpy_linear():
@@ -307,8 +358,12 @@ def test_clear_errors():
         ft.linear(x.to("meta"), w.to("meta"))
     with pytest.raises(TypeError, match="strided"):
         ft.linear(x.to_sparse(), w)
-    with pytest.raises(ValueError, match="delayed scaling"):
+    with pytest.raises(ValueError, match="delayed scaling"):  # a stateful recipe without its state
         ft.linear(x, w, recipe=fp8sim.recipe("per-tensor").with_(x_granularity=fp8sim.granularity("delayed")))
+    with pytest.raises(ValueError, match="group_size replaces"):
+        ft.linear(
+            x, w, recipe=fp8sim.recipe("per-tensor").with_(x_granularity=fp8sim.granularity("delayed")), group_size=32
+        )
     with pytest.raises(ValueError, match="recipe"):
         ft.linear(x, w, recipe="deepseek-v4")
     with pytest.raises(ValueError, match="multiple of 32 or divide it"):

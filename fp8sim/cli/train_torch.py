@@ -19,6 +19,12 @@ def add_arguments(p) -> None:
         help="numpy (default: fp8sim.training's model) or torch (a PyTorch GPT converted with fp8sim.torch.plan)",
     )
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="torch backend: the device (default cpu)")
+    p.add_argument(
+        "--corpus",
+        choices=("synthetic", "pydoc"),
+        default="synthetic",
+        help="torch backend: the synthetic language (default) or CPython's documentation text as bytes",
+    )
 
 
 def run(args, names: list[str]) -> int:
@@ -41,7 +47,14 @@ def run(args, names: list[str]) -> int:
             print(f"{name} step {step + 1}/{args.steps} loss {loss:.4f}", flush=True)
 
     summary = train(
-        names, args.steps, args.seed, args.out, device=args.device, fidelity=args.fidelity, on_step=progress
+        names,
+        args.steps,
+        args.seed,
+        args.out,
+        device=args.device,
+        fidelity=args.fidelity,
+        corpus=getattr(args, "corpus", "synthetic"),
+        on_step=progress,
     )
     if args.json:
         emit_json(summary)

@@ -23,7 +23,8 @@ from .tensor import QuantizedTensor
 __all__ = ["quantize"]
 
 
-def _input(x) -> tuple[np.ndarray, np.dtype]:
+def input_array(x) -> tuple[np.ndarray, np.dtype]:
+    """``x`` as a contiguous float array for quantization and its original dtype."""
     # the rule of fp8sim._inputs: float32/float64 as they are, float16/bfloat16 exactly to float32
     arr, dt = float_input(x, "fp8sim.quantize")
     if arr.ndim == 0:
@@ -98,7 +99,7 @@ def quantize(
     rm = round_mode(mode)
     m = int(rm)
     key = sr_key(seed) if m == K.SR else np.uint64(0)
-    xc, orig_dtype = _input(x)
+    xc, orig_dtype = input_array(x)
     if xc.size == 0:
         raise ValueError(f"quantize: x is empty (shape {xc.shape})")
     shape = tuple(xc.shape)
@@ -133,7 +134,7 @@ def quantize(
 
     if isinstance(g, NVFP4):
         if amax is None:
-            t_amax = _measure(x3, ignore_nan)
+            t_amax = tensor_amax(x3, ignore_nan)
         else:
             t_amax = float(np.asarray(amax, dtype=np.float64).reshape(-1)[0]) if np.size(amax) == 1 else None
             if t_amax is None:
@@ -144,7 +145,7 @@ def quantize(
     if isinstance(g, DelayedScaling):
         if amax is not None:
             raise ValueError("delayed scaling takes its amax from its history; do not pass amax")
-        cur = _measure(x3, ignore_nan)
+        cur = tensor_amax(x3, ignore_nan)
         h = g.history_amax()
         if h > 0 and np.isfinite(h):
             s = np.empty(1, dtype=np.float64)
@@ -153,25 +154,25 @@ def quantize(
             scales3 = s.astype(np.float32).reshape(1, 1, 1)
         else:
             scales3 = np.ones((1, 1, 1), dtype=np.float32)
-        apply(x3, _bits(x3), scales3, bm, bn, 1.0, mode_arg, p, key, tab, use_tab, fp, use_fast, sp, codes)
+        apply(x3, bit_view(x3), scales3, bm, bn, 1.0, mode_arg, p, key, tab, use_tab, fp, use_fast, sp, codes)
         amax3: np.ndarray = np.full((1, 1, 1), cur, dtype=np.float32)
         g.record(cur)
     elif amax is None and bn > 1 and B * nbm >= 4 and sf not in ("bf16", "e4m3") and not isinstance(g, NVFP4):
         scales3 = np.empty((B, nbm, nbn), dtype=np.float32)  # float32 values, as in the row case
         amax3 = np.empty((B, nbm, nbn), dtype=np.float32)
-        args = (x3, _bits(x3), bm, bn, mode_arg, p, key, sp, glob, bool(ignore_nan), tab, use_tab, fp, use_fast)
+        args = (x3, bit_view(x3), bm, bn, mode_arg, p, key, sp, glob, bool(ignore_nan), tab, use_tab, fp, use_fast)
         if bm > 1 and xc.dtype == np.float32:
             fused_bands32(*args, codes, scales3, amax3, numba.get_num_threads())
         else:
             fused(*args, codes, scales3, amax3)
     else:
         if amax is None:
-            amax3 = _block_amax(x3, bm, bn, bool(ignore_nan))
+            amax3 = block_amax(x3, bm, bn, bool(ignore_nan))
         else:
             a = np.asarray(amax, dtype=np.float64)
             sshape = g.scale_shape(shape) if not isinstance(g, NVFP4) else None
             if isinstance(g, NVFP4):
-                amax3 = _block_amax(x3, bm, bn, bool(ignore_nan))
+                amax3 = block_amax(x3, bm, bn, bool(ignore_nan))
             else:
                 assert sshape is not None
                 try:
@@ -187,7 +188,7 @@ def quantize(
         scales_from_amax(np.ascontiguousarray(amax3, dtype=np.float64).reshape(-1), glob, sp, s)
         s = finish_scales(s, sf, sr)
         scales3 = s.astype(np.float32).reshape(B, nbm, nbn)
-        apply(x3, _bits(x3), scales3, bm, bn, glob, mode_arg, p, key, tab, use_tab, fp, use_fast, sp, codes)
+        apply(x3, bit_view(x3), scales3, bm, bn, glob, mode_arg, p, key, tab, use_tab, fp, use_fast, sp, codes)
         amax3 = np.asarray(amax3, dtype=np.float32)
     sshape = g.scale_shape(shape)
     return QuantizedTensor(
@@ -207,11 +208,13 @@ def quantize(
     )
 
 
-def _bits(a):
+def bit_view(a):
+    """The float32 (float64) array ``a`` viewed as int32 (int64) bits."""
     return a.view(np.int32 if a.dtype == np.float32 else np.int64)
 
 
-def _block_amax(x3, bm, bn, ignore_nan):
+def block_amax(x3, bm, bn, ignore_nan):
+    """The amax of every ``(bm, bn)`` block of ``x3 (B, M, N)`` (float64; inf skipped, NaN unless ``ignore_nan``)."""
     B, M, N = x3.shape
     nbm, nbn = -(-M // bm), -(-N // bn)
     if bn == 1 and bm > 1:
@@ -219,24 +222,24 @@ def _block_amax(x3, bm, bn, ignore_nan):
         amax_cols(x3, bm, ignore_nan, out)
         return out
     part = np.empty((B * M, nbn), dtype=np.float64)
-    amax_rows(_bits(x3.reshape(B * M, N)), bn, ignore_nan, part)
+    amax_rows(bit_view(x3.reshape(B * M, N)), bn, ignore_nan, part)
     part = part.reshape(B, M, nbn)
     if bm == 1:
         return part
     return np.maximum.reduceat(part, np.arange(0, M, bm), axis=1)  # NaN propagates
 
 
-def _measure(x3, ignore_nan):
+def tensor_amax(x3, ignore_nan):
     """amax of the whole tensor (NaN if any NaN unless ignore_nan; inf skipped)."""
     B, M, N = x3.shape
     x2 = x3.reshape(B * M, N)
     if B * M == 1 and N >= 4096:  # one long row: split it so both cores work
         cols = 1024
         n = (N // cols) * cols
-        parts = [_measure(x2[:, :n].reshape(1, -1, cols), ignore_nan)]
+        parts = [tensor_amax(x2[:, :n].reshape(1, -1, cols), ignore_nan)]
         if n < N:
-            parts.append(_measure(x2[:, n:].reshape(1, 1, -1), ignore_nan))
+            parts.append(tensor_amax(x2[:, n:].reshape(1, 1, -1), ignore_nan))
         return float(np.max(parts))
     part = np.empty((B * M, 1), dtype=np.float64)
-    amax_rows(_bits(x2), N, ignore_nan, part)
+    amax_rows(bit_view(x2), N, ignore_nan, part)
     return float(np.max(part))

@@ -26,7 +26,7 @@ import numpy as np
 from ..formats import format as _get_format
 from .accumulation import DISTRIBUTIONS, errors, make_inputs
 
-__all__ = ["ACCUMULATORS", "KS", "COLUMNS", "compare_accumulators", "fnuz_codes"]
+__all__ = ["ACCUMULATORS", "KS", "KS_QUICK", "COLUMNS", "compare_accumulators", "fnuz_codes", "plot", "section"]
 
 #: (label, arch, instruction, a/b format): the accumulators compared
 ACCUMULATORS = (
@@ -35,6 +35,8 @@ ACCUMULATORS = (
     ("cdna3 mfma", "cdna3", "mfma", "e4m3fnuz"),
 )
 KS = (128, 512, 2048, 4096, 8192, 16384)
+#: the K of the report's quick run
+KS_QUICK = (128, 1024, 4096)
 COLUMNS = ("distribution", "accumulator", "K", "promote_every", "max_rel", "median_rel", "rel_frobenius", "n")
 _AMAX = 240.0  # the largest e4m3 value that e4m3fnuz also holds is 240
 
@@ -91,3 +93,96 @@ def compare_accumulators(
                     e = errors(ref, y)
                     rows.append({"distribution": dist, "accumulator": label, "K": K, "promote_every": p or 0, **e})
     return rows
+
+
+def plot(rows: list[dict], path) -> str:
+    """Draw the median elementwise relative error against K, one panel per input family, a line per
+    accumulator and promotion (:func:`compare_accumulators`' rows); write ``path`` (PNG), return it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    dists = list(dict.fromkeys(r["distribution"] for r in rows))
+    proms = sorted({r["promote_every"] for r in rows})
+    fig, axes = plt.subplots(1, len(dists), figsize=(5 * len(dists), 4), sharey=True, squeeze=False)
+    for ax, dist in zip(axes[0], dists):
+        for (label, *_), color in zip(ACCUMULATORS, ("C0", "C1", "C2")):
+            for p in proms:
+                sel = [
+                    r
+                    for r in rows
+                    if r["distribution"] == dist and r["accumulator"] == label and r["promote_every"] == p
+                ]
+                ks = [r["K"] for r in sel]
+                med = [max(r["median_rel"], 1e-10) for r in sel]
+                ax.loglog(ks, med, "--" if p else "-", color=color, marker="o", ms=3,
+                          label=f"{label}{f', promote {p}' if p else ''}")  # fmt: skip
+        ax.set_title(f"{dist} inputs (e4m3, amax 240)")
+        ax.set_xlabel("K")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0][0].set_ylabel("median relative error vs fp64 (floor 1e-10)")
+    axes[0][-1].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return str(path)
+
+
+def section(out, quick: bool, progress: bool, opts: dict) -> dict:
+    """The report's section "Accumulators by architecture": :func:`compare_accumulators` on the same
+    e4m3 products (options: ``k_max``, ``size`` (M = N), ``distributions``; ``seed``), a table of the
+    errors at the largest K, the figure and the CSV.  The default run is small (8 x 8 outputs, K up
+    to 16384; quick: 4 x 4, K up to 4096)."""
+    import html as _html
+    from pathlib import Path
+
+    from .sections import html_table, write_csv
+
+    sub = Path(out) / "accelerators"
+    sub.mkdir(parents=True, exist_ok=True)
+    k_max = int(opts.get("k_max", KS_QUICK[-1] if quick else KS[-1]))
+    ks = tuple(k for k in (KS_QUICK if quick else KS) if k <= k_max) or (k_max,)
+    if ks[-1] != k_max:
+        ks = ks + (k_max,)
+    size = int(opts.get("size", 4 if quick else 8))
+    dists = tuple(opts.get("distributions", DISTRIBUTIONS))
+    rows = compare_accumulators(Ks=ks, distributions=dists, M=size, N=size, seed=int(opts.get("seed", 0)))
+    csv_path = write_csv(sub / "accumulators_by_arch.csv", rows)
+    fig = plot(rows, sub / "accumulators_by_arch.png")
+    top = [r for r in rows if r["K"] == ks[-1]]
+    table = [
+        {
+            "inputs": r["distribution"],
+            "accumulator": r["accumulator"],
+            "promotion": r["promote_every"] or "none",
+            "median rel. error": f"{r['median_rel']:.2e}",
+            "max rel. error": f"{r['max_rel']:.2e}",
+        }
+        for r in top
+    ]
+    numbers = {
+        f"{r['distribution']}/{r['accumulator']}/{r['promote_every'] or 'none'}": {
+            "K": r["K"],
+            "median": r["median_rel"],
+            "max": r["max_rel"],
+        }
+        for r in top
+    }
+    labels = ", ".join(_html.escape(a[0]) for a in ACCUMULATORS)
+    text = (
+        f"<p>The same e4m3 products (inputs scaled to amax 240, which e4m3fnuz also holds) summed by {labels}, "
+        f"{size} x {size} outputs, K = {', '.join(map(str, ks))}, without promotion and with promotion into fp32 "
+        f"every 128; errors against the fp64 product of the same FP8 values, so they are the accumulators' alone. "
+        f"Hopper's model is validated on the H200; the Blackwell and CDNA3 models match MMA-Sim (validated by its "
+        f"authors) and are emulated, not validated on hardware here. The table gives K = {ks[-1]}.</p>"
+        + html_table(table)
+    )
+    return {
+        "id": "accelerators",
+        "title": "Accumulators by architecture: Hopper, Blackwell, CDNA3",
+        "html": text,
+        "figures": [fig],
+        "csv": [csv_path],
+        "numbers": numbers,
+    }

@@ -299,6 +299,25 @@ def _check_c16(c, M, N, out16: bool):
     return _check_c(c, M, N)
 
 
+def _operands(a, b, a_format, b_format, a_scale, b_scale, scale_format, scales_if_empty_k: bool = True):
+    """The checks :func:`mma` and :func:`matmul` share: formats, ``a (..., M, K)`` and ``b (..., K, N)``
+    as arrays, and the block scales (:func:`_scales`); returns ``(fa, fb, a, b, M, N, K, sc)``."""
+    fa = _fmt(a_format, "a_format")
+    fb = _fmt(b_format, "b_format")
+    a = np.asarray(a)
+    b = np.asarray(b)
+    if a.ndim < 2 or b.ndim < 2:
+        raise ValueError(f"a and b must have at least 2 dimensions, got shapes {a.shape} and {b.shape}")
+    K = a.shape[-1]
+    if b.shape[-2] != K:
+        raise ValueError(f"inner dimensions differ: a has K={K}, b has K={b.shape[-2]}")
+    M, N = a.shape[-2], b.shape[-1]
+    sc = _scales(a_scale, b_scale, scale_format, M, N, K) if (K or scales_if_empty_k) else None
+    if sc is not None and (a.ndim != 2 or b.ndim != 2):
+        raise ValueError("block scales take 2-D a and b")
+    return fa, fb, a, b, M, N, K, sc
+
+
 def mma(
     a,
     b,
@@ -348,19 +367,7 @@ def mma(
     -------
     float32 array (..., M, N) (float16 for ``out_format="f16"``).  NaN is the canonical NaN.
     """
-    fa = _fmt(a_format, "a_format")
-    fb = _fmt(b_format, "b_format")
-    a = np.asarray(a)
-    b = np.asarray(b)
-    if a.ndim < 2 or b.ndim < 2:
-        raise ValueError(f"a and b must have at least 2 dimensions, got shapes {a.shape} and {b.shape}")
-    K = a.shape[-1]
-    if b.shape[-2] != K:
-        raise ValueError(f"inner dimensions differ: a has K={K}, b has K={b.shape[-2]}")
-    M, N = a.shape[-2], b.shape[-1]
-    sc = _scales(a_scale, b_scale, scale_format, M, N, K)
-    if sc is not None and (a.ndim != 2 or b.ndim != 2):
-        raise ValueError("block scales take 2-D a and b")
+    fa, fb, a, b, M, N, K, sc = _operands(a, b, a_format, b_format, a_scale, b_scale, scale_format)
     model, out16 = _select(instruction, arch, fa, fb, K, out_format, None if sc is None else sc[:2])
     a = _check_any_codes(a, "a", fa)
     b = _check_any_codes(b, "b", fb)
@@ -402,19 +409,7 @@ def matmul(
     Empty shapes work: M = 0 or N = 0 give an empty (..., M, N) result, K = 0 gives C
     unchanged (zeros without C).
     """
-    fa = _fmt(a_format, "a_format")
-    fb = _fmt(b_format, "b_format")
-    a = np.asarray(a)
-    b = np.asarray(b)
-    if a.ndim < 2 or b.ndim < 2:
-        raise ValueError(f"a and b must have at least 2 dimensions, got shapes {a.shape} and {b.shape}")
-    K = a.shape[-1]
-    if b.shape[-2] != K:
-        raise ValueError(f"inner dimensions differ: a has K={K}, b has K={b.shape[-2]}")
-    M, N = a.shape[-2], b.shape[-1]
-    sc = _scales(a_scale, b_scale, scale_format, M, N, K) if K else None
-    if sc is not None and (a.ndim != 2 or b.ndim != 2):
-        raise ValueError("block scales take 2-D a and b")
+    fa, fb, a, b, M, N, K, sc = _operands(a, b, a_format, b_format, a_scale, b_scale, scale_format, False)
     # the instruction's K: the first of the instruction's shapes that divides K
     k_instr = K_INSTR
     if not isinstance(instruction, AccumulatorModel) and isinstance(arch, str) and isinstance(instruction, str):

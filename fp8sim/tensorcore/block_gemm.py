@@ -6,7 +6,8 @@ block-scaled instruction (``"sm100:tcgen05.mma.kind::mxf8f6f4"``, ``"...kind::mx
 
 1. ``x (M, K)`` and ``w (K, N)`` quantized by :func:`fp8sim.quantize` with the recipe's formats
    and granularities along K (``"mx32"``: a UE8M0 scale per 32; ``"nvfp4"``: a UE4M3 scale per 16
-   times an fp32 tensor scale);
+   times an fp32 tensor scale; 16x16 weight blocks with ``weight_2d_blocks``);
+   :func:`block_scaled_gemm_quantized` takes operands quantized already (training's);
 2. the codes and the scale codes into :func:`fp8sim.tensorcore.matmul`, which chains the
    instruction along K with the scales inside every instruction (no separate promotion);
 3. an NVFP4 tensor scale in the epilogue, ``fp32(fp32(gx * gw) * acc)`` (the GEMM's alpha);
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["block_scaled_gemm", "scale_codes"]
+__all__ = ["block_scaled_gemm", "block_scaled_gemm_quantized", "scale_codes"]
 
 _E8M0_ONE = 127
 _UE4M3_ONE = 0x38
@@ -49,7 +50,7 @@ def scale_codes(scales: np.ndarray, scale_format: str) -> np.ndarray:
 
 
 def _pad(a: np.ndarray, n: int, axis: int, fill: int) -> np.ndarray:
-    if n == 0:
+    if n <= 0:
         return a
     shape = list(a.shape)
     shape[axis] = n
@@ -59,16 +60,18 @@ def _pad(a: np.ndarray, n: int, axis: int, fill: int) -> np.ndarray:
 def block_scaled_gemm(x, w, recipe, *, return_parts: bool = False):
     """``x (M, K) @ w (K, N)`` on a block-scaled recipe (scales inside the MMA); see the module.
 
-    Returns the output in the recipe's ``output_format`` (float32 storage; float64 for fp64), or
-    with ``return_parts`` also the dict of what went into the MMA (``a``, ``b`` codes, ``sa``,
-    ``sb`` scale codes, ``scale_format``, ``alpha``, ``acc`` the fp32 accumulator).
+    ``x`` and ``w`` are quantized along K with the recipe's formats and granularities (an NVFP4
+    weight of a recipe with ``weight_2d_blocks`` in 16x16 blocks,
+    :func:`fp8sim.scaling.nvfp4.quantize_nvfp4_2d`, as training quantizes it), then
+    :func:`block_scaled_gemm_quantized` multiplies them.  Returns the output in the recipe's
+    ``output_format`` (float32 storage; float64 for fp64), or with ``return_parts`` also the dict of
+    what went into the MMA (``a``, ``b`` codes, ``sa``, ``sb`` scale codes, ``scale_format``,
+    ``alpha``, ``acc`` the fp32 accumulator).
     """
-    from ..gemm_core import cast_output
     from ..recipes import recipe as get_recipe
-    from ..scaling import NVFP4, quantize
+    from ..scaling import quantize
+    from ..scaling.nvfp4 import quantize_nvfp4_2d
     from ..scaling.orientation import along_k
-    from . import matmul
-    from .registry import get_model
 
     r = get_recipe(recipe)
     if not r.block_scaled:
@@ -79,31 +82,62 @@ def block_scaled_gemm(x, w, recipe, *, return_parts: bool = False):
         raise ValueError(
             f"block_scaled_gemm: x (M, K) and w (K, N) must be 2-D with the same K, got {x.shape}, {w.shape}"
         )
+    kw = dict(scale_format=r.scale_format, scale_rounding=r.scale_rounding, margin=r.margin)
+    qx = quantize(x, r.x_format, along_k(r.x_granularity, "x"), **kw)
+    if getattr(r, "weight_2d_blocks", False):
+        qw = quantize_nvfp4_2d(w, r.w_format, margin=r.margin)
+    else:
+        qw = quantize(w, r.w_format, along_k(r.w_granularity, "w"), **kw)
+    return block_scaled_gemm_quantized(qx, qw, r, return_parts=return_parts)
+
+
+def block_scaled_gemm_quantized(qa, qb, recipe, *, return_parts: bool = False):
+    """``qa (M, K) @ qb (K, N)`` (:class:`~fp8sim.QuantizedTensor` operands quantized along K) on the
+    block-scaled MMA of ``recipe`` (:attr:`Recipe.block_scaled`): the codes and their UE4M3 / UE8M0
+    scale codes into :func:`fp8sim.tensorcore.matmul` (K zero-padded to the instruction's K, with
+    scale 1), the NVFP4 tensor scales as alpha ``fp32(fp32(ga * gb) * acc)``, the recipe's output
+    cast.  The operands' scale blocks along K must both be the instruction's block (16 for NVFP4, 32
+    for MX); along the other axis any block works (16x16 NVFP4 weights included).  The operand
+    formats are the tensors' own (a gradient in another format than the recipe's ``x_format``).
+    Returns as :func:`block_scaled_gemm`.
+    """
+    from ..gemm_core import cast_output
+    from ..recipes import recipe as get_recipe
+    from ..scaling import QuantizedTensor
+    from . import matmul
+    from .registry import get_model
+
+    r = get_recipe(recipe)
+    if not r.block_scaled:
+        raise ValueError(f"block_scaled_gemm: recipe {r.name!r} has no block-scaled accumulator")
+    if not (isinstance(qa, QuantizedTensor) and isinstance(qb, QuantizedTensor)):
+        raise TypeError("block_scaled_gemm_quantized: qa and qb must be QuantizedTensors")
+    if len(qa.shape) != 2 or len(qb.shape) != 2 or qa.shape[1] != qb.shape[0]:
+        raise ValueError(f"block_scaled_gemm: qa (M, K) and qb (K, N) must share K, got {qa.shape} and {qb.shape}")
+    sfmt = {"e4m3": "ue4m3", "e8m0": "ue8m0"}.get(qa.scale_format)
+    if sfmt is None or qb.scale_format != qa.scale_format:
+        raise ValueError(
+            f"block_scaled_gemm: the MMA takes UE4M3 (NVFP4) or UE8M0 (MX) block scales on both operands, "
+            f"got {qa.scale_format!r} and {qb.scale_format!r}"
+        )
     model = get_model(r.accumulator)  # type: ignore[arg-type]
-    qs = []
-    for a, fmt, g, name in ((x, r.x_format, r.x_granularity, "x"), (w, r.w_format, r.w_granularity, "w")):
-        gk = along_k(g, name)
-        qs.append(quantize(a, fmt, gk, scale_format=r.scale_format, scale_rounding=r.scale_rounding, margin=r.margin))
-    qx, qw = qs
-    sfmt = "ue4m3" if isinstance(qx.granularity, NVFP4) else "ue8m0"
-    M, K = x.shape
-    N = w.shape[1]
-    bx = qx.block_shape[1]
-    bw = qw.block_shape[0]
+    M, K = qa.shape
+    N = qb.shape[1]
+    bx, bw = qa.block_shape[1], qb.block_shape[0]
     if bx != bw:
         raise ValueError(f"block_scaled_gemm: x and w have scale blocks of {bx} and {bw} along K; the MMA takes one")
-    sa = np.repeat(scale_codes(qx.scales, sfmt), qx.block_shape[0], axis=0)[:M]
-    sb = np.repeat(scale_codes(qw.scales, sfmt), qw.block_shape[1], axis=1)[:, :N]
-    step = model.instr_k
-    pad = -K % step
+    sa = np.repeat(scale_codes(qa.scales, sfmt), qa.block_shape[0], axis=0)[:M]
+    sb = np.repeat(scale_codes(qb.scales, sfmt), qb.block_shape[1], axis=1)[:, :N]
+    pad = -K % model.instr_k
     one = _UE4M3_ONE if sfmt == "ue4m3" else _E8M0_ONE
-    a = _pad(np.ascontiguousarray(qx.codes), pad, 1, 0)
-    b = _pad(np.ascontiguousarray(qw.codes), pad, 0, 0)
-    sa = _pad(sa, -(-(K + pad) // bx) - sa.shape[1], 1, one)
-    sb = _pad(sb, -(-(K + pad) // bx) - sb.shape[0], 0, one)
-    acc = matmul(a, b, a_format=r.x_format, b_format=r.w_format, instruction=model, a_scale=sa, b_scale=sb,
+    a = _pad(np.ascontiguousarray(qa.codes), pad, 1, 0)
+    b = _pad(np.ascontiguousarray(qb.codes), pad, 0, 0)
+    nks = -(-(K + pad) // bx)
+    sa = np.ascontiguousarray(_pad(sa, nks - sa.shape[1], 1, one))
+    sb = np.ascontiguousarray(_pad(sb, nks - sb.shape[0], 0, one))
+    acc = matmul(a, b, a_format=qa.format.name, b_format=qb.format.name, instruction=model, a_scale=sa, b_scale=sb,
                  scale_format=sfmt)  # fmt: skip
-    alpha = np.float32(np.float32(qx.global_scale) * np.float32(qw.global_scale))
+    alpha = np.float32(np.float32(qa.global_scale) * np.float32(qb.global_scale))
     y = acc
     if alpha != 1:
         with np.errstate(all="ignore"):

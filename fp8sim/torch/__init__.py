@@ -25,6 +25,7 @@ except ImportError as e:  # pragma: no cover - depends on the environment
 from .function import (
     SUPPORTED_DTYPES,
     ActivationCache,
+    LayerState,
     LinearFunction,
     LinearOptions,
     expand_groups,
@@ -47,6 +48,7 @@ __all__ = [
     "ActivationCache",
     "LinearOptions",
     "LinearFunction",
+    "LayerState",
     "options",
     "group_recipe",
     "expand_groups",

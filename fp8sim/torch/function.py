@@ -47,9 +47,10 @@ import torch
 from ..gemm_core import cast_output
 from ..recipes import Recipe
 from ..recipes import recipe as get_recipe
-from ..scaling import MX, DelayedScaling, Group, quantize
+from ..scaling import MX, Group, quantize
 from ..scaling import granularity as as_granularity
 from ..training.linear import matmul, quantize_operand
+from .stateful import LayerState, host_backward, host_forward, is_stateful
 
 __all__ = [
     "linear",
@@ -57,6 +58,7 @@ __all__ = [
     "LinearOptions",
     "ActivationCache",
     "SUPPORTED_DTYPES",
+    "LayerState",
     "options",
     "group_recipe",
     "expand_groups",
@@ -124,13 +126,6 @@ class LinearOptions:
 def options(recipe="deepseek-v3", *, fidelity: str = "exact", cache=None, group_size=None) -> LinearOptions:
     """Checked :class:`LinearOptions` (ValueError / TypeError naming the problem)."""
     r = get_recipe(recipe)
-    for which in ("x_granularity", "w_granularity"):
-        if isinstance(as_granularity(getattr(r, which)), DelayedScaling):
-            raise ValueError(
-                f"fp8sim.torch: recipe {r.name!r} uses delayed scaling ({which}), which keeps an amax "
-                "history per operand of each layer; fp8sim.torch runs current scaling (every preset), "
-                "fp8sim.training.Linear runs delayed scaling"
-            )
     if fidelity not in ("exact", "fast"):
         raise ValueError(f"fp8sim.torch: fidelity must be 'exact' or 'fast', got {fidelity!r}")
     if cache is not None and cache != "fprop" and not isinstance(cache, ActivationCache):
@@ -141,6 +136,12 @@ def options(recipe="deepseek-v3", *, fidelity: str = "exact", cache=None, group_
         if isinstance(group_size, bool) or not isinstance(group_size, (int, np.integer)):
             raise TypeError(f"fp8sim.torch: group_size must be None or an int, got {group_size!r}")
         group_size = int(group_size)
+        if r.is_fp8 and is_stateful(r):
+            raise ValueError(
+                f"fp8sim.torch: recipe {r.name!r} has stateful or random quantization (delayed scaling, "
+                "stochastic rounding, 2-D weight blocks or a Hadamard transform); group_size replaces its "
+                "granularities and cannot be combined with it"
+            )
         if r.is_fp8:
             group_recipe(r, group_size)  # raises for a size the GEMM cannot run
     return LinearOptions(r, fidelity, cache, group_size)
@@ -256,20 +257,82 @@ def _host_cache(x: np.ndarray, opts: LinearOptions) -> np.ndarray:
     return q.dequantize(np.float32)
 
 
+def _cupy():
+    """CuPy, or None where it is missing or sees no GPU (then CUDA tensors take the host path)."""
+    try:
+        import cupy
+
+        return cupy if cupy.cuda.runtime.getDeviceCount() > 0 else None
+    except Exception:  # noqa: BLE001 - no CuPy, no driver: the host path computes the same bits
+        return None
+
+
+def _on_gpu(opts: LinearOptions) -> bool:
+    """Whether a CUDA GEMM of ``opts`` runs on the GPU (:mod:`fp8sim.device`): FP8 recipes with fp32
+    block scales, without per-group expansion (the wide recipes' fixed-order float64 sums and the
+    rest run on the host, the same bits)."""
+    from ..device import unsupported_reason
+    from ..formats import format as get_format
+    from ..training.linear import role_formats, role_granularities
+
+    r = opts.gemm_recipe
+    if not r.is_fp8 or r.block_scaled or is_stateful(r) or opts.fidelity != "exact" or _cupy() is None:
+        return False
+    if opts.group_size is not None and opts.group_size < _MMA_K:
+        return False
+    for role in ("fprop", "dgrad", "wgrad"):
+        fa, fb = (get_format(f) for f in role_formats(r, role))
+        if unsupported_reason(r.backward() if role != "fprop" else r, fa, fb, *role_granularities(r, role)) is not None:
+            return False
+    return True
+
+
 def _device_gemm(
     a: torch.Tensor, b: torch.Tensor, opts: LinearOptions, role: str, layout: str, bias: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """One GEMM of ``role`` on CUDA tensors, the result (float32, float64 for fp64 recipes) on
-    ``a``'s device.  This is the host fallback: the operands are copied to the host, run by the
-    CPU kernels (:func:`_host_gemm`, the same bits) and the result is copied back."""
-    bn = None if bias is None else _numpy(bias.cpu())
-    y = _host_gemm(_numpy(a.cpu()), _numpy(b.cpu()), opts, role, layout, bn)
-    return torch.from_numpy(np.ascontiguousarray(y)).to(a.device)
+    """One GEMM of ``role`` on CUDA tensors, the result (float32, float64 for fp64 recipes) on ``a``'s
+    device.  FP8 recipes with fp32 block scales run on the GPU through CuPy (DLPack, no copy):
+    :func:`fp8sim.device.gemm_device` with the role's formats and granularities, the bias added to
+    the fp32 result before :func:`fp8sim.device.cast_output_device`.  Other recipes (and machines
+    without CuPy) copy the operands to the host and run :func:`_host_gemm`, the same bits."""
+    if not _on_gpu(opts):
+        bn = None if bias is None else _numpy(bias.cpu())
+        y = _host_gemm(_numpy(a.cpu()), _numpy(b.cpu()), opts, role, layout, bn)
+        return torch.from_numpy(np.ascontiguousarray(y)).to(a.device)
+    cp = _cupy()
+    from ..device import as_cupy, cast_output_device, gemm_device
+    from ..training.linear import role_formats, role_granularities, role_recipe
+
+    r = opts.gemm_recipe
+    with cp.cuda.Device(a.device.index):
+        rr = role_recipe(r if bias is None else r.with_(output_format="fp32"), role)
+        y = gemm_device(a, b, rr, layout, formats=role_formats(r, role), granularities=role_granularities(r, role))
+        if bias is not None:
+            y = cast_output_device(y + as_cupy(bias).astype(cp.float32), r.output_format)
+        return torch.from_dlpack(y)
 
 
 def _device_cache(x: torch.Tensor, opts: LinearOptions) -> torch.Tensor:
-    """:func:`_host_cache` for a CUDA tensor: the host fallback (copied to the host and back)."""
-    return torch.from_numpy(np.ascontiguousarray(_host_cache(_numpy(x.cpu()), opts))).to(x.device)
+    """:func:`_host_cache` for a CUDA tensor: on the GPU for the recipe's own FP8 quantization of x
+    (:func:`fp8sim.device.quantize_device`, then :func:`fp8sim.device.dequantize_device`), else on
+    the host (copied there and back; the same values)."""
+    c = opts.cache
+    if not opts.caches:
+        return x
+    if isinstance(c, ActivationCache) or opts.group_size is not None or not _on_gpu(opts):
+        return torch.from_numpy(np.ascontiguousarray(_host_cache(_numpy(x.cpu()), opts))).to(x.device)
+    cp = _cupy()
+    from ..device import as_float32, dequantize_device, quantize_device
+    from ..formats import format as get_format
+    from ..pipeline import along_k
+
+    r = opts.recipe
+    with cp.cuda.Device(x.device.index):
+        xc = as_float32(x, "x")
+        fmt = get_format(r.x_format)
+        block = along_k(r.x_granularity, "x").block_shape(tuple(xc.shape))
+        codes, scales = quantize_device(xc, fmt, block, margin=r.margin)
+        return torch.from_dlpack(dequantize_device(codes, scales, fmt, block))
 
 
 def _gemm(a, b: torch.Tensor, opts: LinearOptions, role: str, layout: str, bias=None) -> torch.Tensor:
@@ -283,19 +346,27 @@ def _gemm(a, b: torch.Tensor, opts: LinearOptions, role: str, layout: str, bias=
 
 # ------------------------------------------------------------------ autograd
 class LinearFunction(torch.autograd.Function):
-    """The autograd function of :func:`linear` (``apply(x (T, K), weight (N, K), bias, options)``,
-    inputs checked by :func:`linear`)."""
+    """The autograd function of :func:`linear` (``apply(x (T, K), weight (N, K), bias, options, state)``,
+    inputs checked by :func:`linear`; ``state`` a :class:`LayerState` for stateful recipes, else None)."""
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias, opts: LinearOptions) -> torch.Tensor:  # type: ignore[override]
+    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias, opts: LinearOptions, state=None) -> torch.Tensor:  # type: ignore[override]
         ctx.opts = opts
         ctx.dtypes = (x.dtype, weight.dtype, None if bias is None else bias.dtype)
         ctx.has_bias = bias is not None
+        ctx.stateful = None
         T, N = x.shape[0], weight.shape[0]
         if T == 0:
             ctx.save_for_backward(x, weight)
             ctx.cached = None
             return x.new_zeros((0, N))
+        if state is not None:  # a stateful recipe: fp8sim.training.Linear on the host (stateful.py)
+            xn = _numpy(x.cpu())
+            bn = None if bias is None else _numpy(bias.cpu())
+            cached = _host_cache(xn, opts) if opts.caches else None
+            yn, ctx.stateful = host_forward(xn, _numpy(weight.cpu()), bn, opts.recipe, opts.fidelity, state, cached)
+            ctx.save_for_backward(weight)
+            return torch.from_numpy(np.ascontiguousarray(yn)).to(device=x.device, dtype=x.dtype)
         y = _gemm(x, weight, opts, "fprop", "nk", bias)
         if not opts.caches:
             ctx.cached = None
@@ -310,6 +381,18 @@ class LinearFunction(torch.autograd.Function):
     def backward(ctx: Any, gy: torch.Tensor):  # type: ignore[override]
         opts: LinearOptions = ctx.opts
         xdt, wdt, bdt = ctx.dtypes
+        if ctx.stateful is not None:
+            (weight,) = ctx.saved_tensors
+            need_x, need_w, need_b = ctx.needs_input_grad[:3]
+            g = gy.detach().cpu()
+            dxn, dwn = host_backward(_numpy(g), ctx.stateful)
+            ctx.stateful = None
+            dx = torch.from_numpy(dxn).to(device=gy.device, dtype=xdt) if need_x else None
+            dw = torch.from_numpy(dwn).to(device=gy.device, dtype=wdt) if need_w else None
+            db = None
+            if need_b and ctx.has_bias:
+                db = torch.from_numpy(_numpy(g).astype(np.float64).sum(axis=0)).to(device=gy.device, dtype=bdt)
+            return dx, dw, db, None, None
         if ctx.cached is None:
             x, weight = ctx.saved_tensors
         else:
@@ -324,7 +407,7 @@ class LinearFunction(torch.autograd.Function):
                 dw = torch.zeros_like(weight)
             if need_b and ctx.has_bias:
                 db = gy.new_zeros((weight.shape[0],), dtype=bdt)
-            return dx, dw, db, None
+            return dx, dw, db, None, None
         if need_x:  # Dgrad: dx = dy @ W, K = N
             dx = _gemm(gy, weight, opts, "dgrad", "kn").to(xdt)
         if need_w:  # Wgrad: dW^T = x^T @ dy, K = T (tokens), re-quantized along the tokens
@@ -338,7 +421,7 @@ class LinearFunction(torch.autograd.Function):
         if need_b and ctx.has_bias:
             g64 = _numpy(gy.cpu()).astype(np.float64)
             db = torch.from_numpy(g64.sum(axis=0)).to(device=gy.device, dtype=bdt)
-        return dx, dw, db, None
+        return dx, dw, db, None, None
 
 
 # ------------------------------------------------------------------ checks and the public function
@@ -370,6 +453,7 @@ def linear(
     fidelity: str = "exact",
     cache=None,
     group_size: int | None = None,
+    state: LayerState | None = None,
 ) -> torch.Tensor:
     """``x @ weight.T + bias`` (``torch.nn.functional.linear``) with Fprop, Dgrad and Wgrad run by
     ``recipe``, bit-identical to fp8sim's numpy API (module docstring).
@@ -387,6 +471,10 @@ def linear(
         GEMM's quantization of ``x``: DeepSeek-V3's FP8 activation cache) or an
         :class:`ActivationCache`
     group_size : None, or per-group scaling of ``group_size`` elements along K (:func:`group_recipe`)
+    state : a :class:`LayerState`, needed (and only used) by recipes with stateful or random
+        quantization (:func:`fp8sim.torch.stateful.is_stateful`: delayed scaling, stochastic
+        rounding of gradients, NVFP4's 2-D weight blocks and Hadamard transform); it keeps the amax
+        histories and the step across calls.  :class:`fp8sim.torch.Linear` keeps one per layer
 
     Returns
     -------
@@ -421,6 +509,17 @@ def linear(
         )
     if bias is not None and tuple(bias.shape) != (N,):
         raise ValueError(f"fp8sim.torch.linear: bias must have shape ({N},), got {tuple(bias.shape)}")
+    if is_stateful(opts.recipe):
+        if state is None:
+            raise ValueError(
+                f"fp8sim.torch.linear: recipe {opts.recipe.name!r} has stateful or random quantization (delayed "
+                "scaling, stochastic rounding, 2-D weight blocks or a Hadamard transform): pass "
+                "state=fp8sim.torch.LayerState(name, seed) and keep it across steps, or use fp8sim.torch.Linear"
+            )
+        if not isinstance(state, LayerState):
+            raise TypeError(f"fp8sim.torch.linear: state must be a LayerState, got {type(state).__name__}")
+    else:
+        state = None
     lead = tuple(x.shape[:-1])
-    y = LinearFunction.apply(x.reshape(-1, K), weight, bias, opts)
+    y = LinearFunction.apply(x.reshape(-1, K), weight, bias, opts, state)
     return y.reshape(lead + (N,))

@@ -30,13 +30,14 @@ import numpy as np
 import torch
 
 from ..recipes import recipe as get_recipe
-from ..training.data import Batches, corpus
+from ..training.data import CORPORA, Batches, Vocabulary, text_corpus
+from ..training.data import corpus as synthetic_corpus
 from ..training.optim import lr_schedule
 from ..training.train import relative_loss_error
 from .modules import convert
 from .plans import plan
 
-__all__ = ["GPTConfig", "GPT", "train", "TORCH_TRAIN_FILES"]
+__all__ = ["GPTConfig", "GPT", "train", "fit", "optimizer", "load_corpus", "TORCH_TRAIN_FILES"]
 
 #: the files :func:`train` writes into ``out_dir``
 TORCH_TRAIN_FILES = ("summary.json", "losses.csv")
@@ -114,6 +115,62 @@ def _loss(model: torch.nn.Module, x: np.ndarray, y: np.ndarray, device) -> torch
     return torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), torch.from_numpy(y).to(device).flatten())
 
 
+def load_corpus(name: str) -> tuple[np.ndarray, Vocabulary, str | None]:
+    """``(ids, vocabulary, sha256 or None)`` of a corpus of :data:`fp8sim.training.data.CORPORA`."""
+    if name == "synthetic":
+        ids, vocab = synthetic_corpus()
+        return ids, vocab, None
+    if name == "pydoc":
+        return text_corpus()
+    raise ValueError(f"train: corpus must be one of {list(CORPORA)}, got {name!r}")
+
+
+def optimizer(model: torch.nn.Module, c: GPTConfig) -> torch.optim.AdamW:
+    """torch's AdamW (FP32 moments, betas 0.9/0.95) with weight decay on the 2-D weights other than
+    the embeddings, as :class:`fp8sim.training.AdamW` decays them."""
+    decay = [p for n, p in model.named_parameters() if p.dim() == 2 and not n.startswith(("tok", "pos"))]
+    rest = [p for n, p in model.named_parameters() if not (p.dim() == 2 and not n.startswith(("tok", "pos")))]
+    return torch.optim.AdamW(
+        [{"params": decay, "weight_decay": c.weight_decay}, {"params": rest, "weight_decay": 0.0}],
+        lr=c.lr,
+        betas=(0.9, 0.95),
+    )
+
+
+def fit(
+    model: torch.nn.Module,
+    data: Batches,
+    c: GPTConfig,
+    steps: int,
+    device="cpu",
+    *,
+    on_step: Callable[[int, float], None] | None = None,
+) -> tuple[list[float], float, float]:
+    """Train ``model`` for ``steps`` steps on ``data`` (batch ``step`` is ``data.batch_at(step)``) with
+    :func:`optimizer` and the schedule of :func:`fp8sim.training.lr_schedule`; returns the loss of
+    every step, the seconds the steps took and the validation loss after them.  The one training
+    loop of :func:`train` and of any comparison that swaps the Linear layers of a :class:`GPT`
+    (the same loop, so the runs differ only in their GEMMs)."""
+    opt = optimizer(model, c)
+    losses: list[float] = []
+    t0 = time.perf_counter()
+    for step in range(steps):
+        for g in opt.param_groups:
+            g["lr"] = float(np.float32(lr_schedule(step, steps, c.lr, c.warmup)))
+        x, y = data.batch_at(step)
+        loss = _loss(model, x, y, device)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+        if on_step is not None:
+            on_step(step, losses[-1])
+    wall = time.perf_counter() - t0
+    with torch.no_grad():
+        val = float(np.mean([_loss(model, x, y, device).item() for x, y in data.validation()]))
+    return losses, wall, val
+
+
 def train(
     recipes=("bf16", "deepseek-v3"),
     steps: int = 50,
@@ -123,6 +180,7 @@ def train(
     device: str = "cpu",
     fidelity: str = "exact",
     config: GPTConfig | None = None,
+    corpus: str = "synthetic",
     on_step: Callable[[str, int, float], None] | None = None,
 ) -> dict:
     """Train :class:`GPT` once per recipe (names; ``"bf16"``, the reference, is run first when listed)
@@ -130,7 +188,9 @@ def train(
     relative loss error against bf16 over the last 10 % of the steps
     (:func:`fp8sim.training.train.relative_loss_error`), seconds per step.  With ``out_dir`` it
     writes ``summary.json`` and ``losses.csv`` (one column per recipe).  ``fidelity`` is the GEMMs'
-    (as :func:`fp8sim.gemm`); ``on_step(recipe, step, loss)`` is called after every step."""
+    (as :func:`fp8sim.gemm`); ``corpus`` is ``"synthetic"`` (:func:`fp8sim.training.data.corpus`) or
+    ``"pydoc"`` (CPython's documentation text, byte tokens: :func:`fp8sim.training.data.text_corpus`);
+    ``on_step(recipe, step, loss)`` is called after every step."""
     if isinstance(recipes, str):
         recipes = [s.strip() for s in recipes.split(",") if s.strip()]
     names = [get_recipe(r).name for r in recipes]
@@ -139,8 +199,10 @@ def train(
     if "bf16" in names:
         names.remove("bf16")
         names.insert(0, "bf16")
-    ids, vocab = corpus()
-    c = config or GPTConfig(vocab=len(vocab.words))
+    ids, vocab, corpus_sha = load_corpus(corpus)
+    c = config or GPTConfig(vocab=vocab.size)
+    if c.vocab < vocab.size:
+        raise ValueError(f"train: config.vocab {c.vocab} is smaller than the {corpus!r} corpus' {vocab.size} ids")
     data = Batches(ids, c.batch, c.context, seed)
     losses: dict[str, list[float]] = {}
     summary: dict = {
@@ -149,35 +211,16 @@ def train(
         "steps": steps,
         "seed": seed,
         "fidelity": fidelity,
+        "corpus": corpus,
+        "corpus_sha256": corpus_sha,
         "config": asdict(c),
     }
     results: dict[str, dict[str, Any]] = {}
     for name in names:
         torch.manual_seed(seed)
         model = convert(GPT(c).to(device), plan(name, fidelity=fidelity))
-        decay = [p for n, p in model.named_parameters() if p.dim() == 2 and not n.startswith(("tok", "pos"))]
-        rest = [p for n, p in model.named_parameters() if not (p.dim() == 2 and not n.startswith(("tok", "pos")))]
-        opt = torch.optim.AdamW(
-            [{"params": decay, "weight_decay": c.weight_decay}, {"params": rest, "weight_decay": 0.0}],
-            lr=c.lr,
-            betas=(0.9, 0.95),
-        )
-        losses[name] = []
-        t0 = time.perf_counter()
-        for step in range(steps):
-            for g in opt.param_groups:
-                g["lr"] = float(np.float32(lr_schedule(step, steps, c.lr, c.warmup)))
-            x, y = data.batch_at(step)
-            loss = _loss(model, x, y, device)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            losses[name].append(loss.item())
-            if on_step is not None:
-                on_step(name, step, losses[name][-1])
-        wall = time.perf_counter() - t0
-        with torch.no_grad():
-            val = float(np.mean([_loss(model, x, y, device).item() for x, y in data.validation()]))
+        cb = None if on_step is None else (lambda step, loss, name=name: on_step(name, step, loss))
+        losses[name], wall, val = fit(model, data, c, steps, device, on_step=cb)
         results[name] = {
             "final_loss": losses[name][-1],
             "val_loss": val,

@@ -10,6 +10,7 @@ import torch
 
 from .function import LinearOptions, linear, options
 from .plans import Plan
+from .stateful import LayerState, is_stateful
 
 __all__ = ["Linear", "convert", "convertible"]
 
@@ -21,7 +22,10 @@ class Linear(torch.nn.Linear):
     The parameters are ``weight (out_features, in_features)`` and ``bias``, as in ``nn.Linear``, so a
     ``state_dict`` loads into the original model and back; it is an ``nn.Linear`` (``isinstance``
     holds).  ``recipe``, ``fidelity``, ``cache`` and ``group_size`` are those of
-    :func:`~fp8sim.torch.linear`; they are checked here, once.
+    :func:`~fp8sim.torch.linear`; they are checked here, once.  For a recipe with stateful or random
+    quantization (delayed scaling, stochastic rounding, ...) the layer keeps a
+    :class:`~fp8sim.torch.LayerState` in ``state`` (its amax histories and step; ``name`` and
+    ``seed`` name its random bits), else ``state`` is None.
     """
 
     def __init__(
@@ -36,9 +40,12 @@ class Linear(torch.nn.Linear):
         fidelity: str = "exact",
         cache=None,
         group_size: int | None = None,
+        name: str = "linear",
+        seed: int = 0,
     ) -> None:
         super().__init__(in_features, out_features, bias, device, dtype)
         self.options = _options(recipe, fidelity, cache, group_size)
+        self.state = _state(self.options, name, seed)
 
     @property
     def recipe(self):
@@ -46,7 +53,7 @@ class Linear(torch.nn.Linear):
         return self.options.recipe
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        return linear(input, self.weight, self.bias, recipe=self.options)
+        return linear(input, self.weight, self.bias, recipe=self.options, state=self.state)
 
     def extra_repr(self) -> str:
         o = self.options
@@ -66,11 +73,14 @@ class Linear(torch.nn.Linear):
         fidelity: str = "exact",
         cache=None,
         group_size: int | None = None,
+        name: str = "linear",
+        seed: int = 0,
     ) -> Linear:
         """A :class:`Linear` that shares ``module``'s parameters (the same ``Parameter`` objects: an
         optimizer that holds them keeps working, tied weights stay tied).  ``recipe`` may be a
         :class:`~fp8sim.torch.LinearOptions` (then the other options must be left out).  Hooks
-        registered on ``module`` are not carried over."""
+        registered on ``module`` are not carried over.  ``name`` and ``seed`` go to the layer's
+        :class:`~fp8sim.torch.LayerState` (stateful recipes only)."""
         if not isinstance(module, torch.nn.Linear):
             raise TypeError(f"Linear.from_linear: module must be a torch.nn.Linear, got {type(module).__name__}")
         new = cls.__new__(cls)
@@ -82,6 +92,7 @@ class Linear(torch.nn.Linear):
         else:
             new.bias = module.bias
         new.options = _options(recipe, fidelity, cache, group_size)
+        new.state = _state(new.options, name, seed)
         new.train(module.training)
         return new
 
@@ -92,6 +103,10 @@ def _options(recipe, fidelity, cache, group_size) -> LinearOptions:
             raise TypeError("fp8sim.torch.Linear: give either LinearOptions or fidelity/cache/group_size")
         return recipe
     return options(recipe, fidelity=fidelity, cache=cache, group_size=group_size)
+
+
+def _state(o: LinearOptions, name: str, seed: int) -> LayerState | None:
+    return LayerState(str(name), int(seed)) if is_stateful(o.recipe) else None
 
 
 def convertible(module) -> bool:
@@ -110,9 +125,16 @@ def convert(
     recipe="deepseek-v3",
     *,
     skip: Iterable[str] | str | Callable[[str, torch.nn.Module], bool] | None = None,
+    seed: int = 0,
 ) -> torch.nn.Module:
     """Swap the Linear layers of ``model`` for :class:`Linear` layers running ``recipe``, in place, and
     return ``model``.
+
+    Only :func:`convertible` modules are swapped; the projections inside
+    ``torch.nn.MultiheadAttention`` are not (it reads their weights without calling them).  The
+    converted layers share the original ``Parameter`` objects, so ``state_dict`` keys, tied weights
+    and an optimizer's references are unchanged (``plan.master_weights="fp32"`` changes their
+    dtype in place).  A layer reached under two names is converted once.
 
     Parameters
     ----------
@@ -126,12 +148,8 @@ def convert(
         dotted module name and its last component (:func:`fp8sim.torch.matches`), or a predicate
         ``(name, module) -> bool``; None takes the plan's (``DEFAULT_SKIP``: ``lm_head``, ``head``,
         ``gate``, ``router``).  ``skip=()`` converts every Linear layer
-
-    Only :func:`convertible` modules are swapped; the projections inside
-    ``torch.nn.MultiheadAttention`` are not (it reads their weights without calling them).  The
-    converted layers share the original ``Parameter`` objects, so ``state_dict`` keys, tied weights
-    and an optimizer's references are unchanged (``plan.master_weights="fp32"`` changes their
-    dtype in place).  A layer reached under two names is converted once.
+    seed : the run's seed for recipes with stochastic rounding: layer ``name`` draws from
+        ``(seed, step, name)`` (:class:`~fp8sim.torch.LayerState`, as :class:`fp8sim.training.Linear`)
     """
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"fp8sim.torch.convert: model must be a torch.nn.Module, got {type(model).__name__}")
@@ -146,7 +164,7 @@ def convert(
         o = p.options_for(name, m)
         if o is None:
             continue
-        new[id(m)] = Linear.from_linear(m, o)
+        new[id(m)] = Linear.from_linear(m, o, name=name or "linear", seed=seed)
         if p.master_weights == "fp32":
             for t in (m.weight, m.bias):
                 if t is not None and t.dtype != torch.float32:

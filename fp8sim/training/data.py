@@ -16,6 +16,12 @@ hundred steps, so differences between recipes show in the loss, not only in nois
 :class:`Batches` cuts ``(batch, context + 1)`` windows at offsets that are a pure
 function of ``(seed, step)``, so a run can be rolled back to any step and replayed
 bit for bit.
+
+:func:`text_corpus` is the real-text alternative: the bytes of the documentation topics that ship
+with CPython (``pydoc_data.topics``, the text ``help("if")`` prints), a byte-level tokenizer
+(:data:`BYTES`, 256 ids) and the same :class:`Batches` split (the first 90 % trains, the tail
+validates).  Nothing is downloaded; the text is that of the running Python version, so
+:func:`text_corpus` also returns its SHA-256 for the record.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from functools import lru_cache
 
 import numpy as np
 
-__all__ = ["Vocabulary", "make_corpus", "Batches", "corpus"]
+__all__ = ["Vocabulary", "make_corpus", "Batches", "corpus", "text_corpus", "BYTES", "CORPORA"]
 
 _NOUNS = [
     "cat",
@@ -113,6 +119,36 @@ def _vocabulary() -> Vocabulary:
 
 
 VOCAB = _vocabulary()
+
+
+class ByteVocabulary(Vocabulary):
+    """The byte-level tokenizer of :func:`text_corpus`: id ``i`` is the byte ``i``."""
+
+    def decode(self, ids) -> str:
+        return bytes(int(i) for i in ids).decode("utf-8", errors="replace")
+
+
+#: the 256-id byte vocabulary
+BYTES = ByteVocabulary(tuple(bytes([i]).decode("latin-1") for i in range(256)))
+#: the corpora :func:`fp8sim.torch.gpt.train` takes by name
+CORPORA = ("synthetic", "pydoc")
+
+
+@lru_cache(maxsize=1)
+def text_corpus() -> tuple[np.ndarray, ByteVocabulary, str]:
+    """The CPython documentation topics (``pydoc_data.topics``, in sorted topic order, UTF-8) as byte
+    ids (int32, read-only), the byte vocabulary and the SHA-256 of the bytes (the text differs
+    between Python versions: record it with a run)."""
+    import hashlib
+
+    try:
+        from pydoc_data.topics import topics
+    except ImportError as e:  # pragma: no cover - every CPython ships pydoc_data
+        raise RuntimeError(f"text_corpus: this Python has no pydoc_data ({e}); use the synthetic corpus") from e
+    raw = "".join(topics[k] for k in sorted(topics)).encode("utf-8")
+    ids = np.frombuffer(raw, dtype=np.uint8).astype(np.int32)
+    ids.setflags(write=False)
+    return ids, BYTES, hashlib.sha256(raw).hexdigest()
 
 
 def _noun_phrase(rng, zipf, plural):

@@ -24,12 +24,30 @@ recipe's output format (BF16 for the FP8 presets).
 
 Every GEMM of :mod:`fp8sim.training` goes through :func:`matmul`, which calls
 :func:`fp8sim.gemm` (the path and the default ``fidelity="exact"`` of every user) with the
-operands quantized here.
+operands quantized here.  Recipes whose scales are folded into a block-scaled MMA (MXFP8, MXFP4,
+NVFP4 on Blackwell; :attr:`Recipe.block_scaled`) run :func:`block_scaled_matmul` instead: the same
+arithmetic as :func:`fp8sim.tensorcore.block_gemm.block_scaled_gemm`, from operands quantized here
+(``fp8sim.gemm`` quantizes block-scaled operands itself, 1x16 along K, and takes no
+QuantizedTensors).
+
+TransformerEngine's NVFP4 techniques (recipe fields, all off by default):
+
+* ``weight_2d_blocks``: W quantized with one E4M3 scale per 16x16 block
+  (:func:`fp8sim.scaling.nvfp4.quantize_nvfp4_2d`); W and W^T then quantize alike, so Dgrad
+  reuses Fprop's quantized W (as with 128x128 blocks);
+* ``wgrad_rht``: before Wgrad's operands X^T and dY are quantized along the tokens, both are
+  multiplied by the same block-diagonal random Hadamard matrix along the tokens
+  (:func:`fp8sim.scaling.hadamard.rht`, size 16, signs ``rht_seed``; the float64 result rounded to
+  float32): ``(X^T R)(R^T dY) = X^T dY``;
+* ``grad_rounding="sr"``: dY is quantized with stochastic rounding in Dgrad and Wgrad (the seed of
+  each quantization comes from the run's seed, the step, the layer and the operand:
+  :func:`sr_seed`).
 """
 
 from __future__ import annotations
 
 import copy
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,12 +55,14 @@ import numpy as np
 
 from ..gemm_core import cast_operand
 from ..metrics import quantization_counts
-from ..pipeline import along_k, gemm
+from ..pipeline import along_k, gemm, transpose_quantized
 from ..recipes import BF16_ACCUMULATORS
 from ..recipes import recipe as get_recipe
 from ..rounding import cast
 from ..scaling import MX, DelayedScaling, PerTensor, QuantizedTensor, Tile, quantize
 from ..scaling import granularity as as_granularity
+from ..scaling.hadamard import rht
+from ..scaling.nvfp4 import quantize_nvfp4_2d
 from ._detmath import det_matmul
 
 __all__ = [
@@ -58,6 +78,9 @@ __all__ = [
     "operand_stats",
     "wide_recipe",
     "transposes_share_scales",
+    "block_scaled_matmul",
+    "wgrad_transform",
+    "sr_seed",
 ]
 
 ROLES = ("fprop", "dgrad", "wgrad")
@@ -92,33 +115,85 @@ def transposes_share_scales(g) -> bool:
     return isinstance(g, (PerTensor, DelayedScaling)) or (isinstance(g, Tile) and g.rows == g.cols)
 
 
-def quantize_operand(a, fmt: str, g, k_axis: int, *, scale_format=None, scale_rounding=None, margin: int = 0):
+def quantize_operand(
+    a,
+    fmt: str,
+    g,
+    k_axis: int,
+    *,
+    scale_format=None,
+    scale_rounding=None,
+    margin: int = 0,
+    mode: str = "rne",
+    seed=None,
+    blocks_2d: bool = False,
+):
     """Quantize the 2-D GEMM operand ``a`` to ``fmt`` with the recipe granularity ``g`` laid along
-    its reduction axis ``k_axis`` (see :func:`orient`)."""
+    its reduction axis ``k_axis`` (see :func:`orient`), elements rounded in ``mode`` (``"sr"``
+    needs ``seed``).  ``blocks_2d`` (an NVFP4 weight, ``Recipe.weight_2d_blocks``): one E4M3 scale
+    per 16x16 block instead (:func:`fp8sim.scaling.nvfp4.quantize_nvfp4_2d`; the same for either
+    ``k_axis``)."""
     a = np.asarray(a)
     if a.ndim != 2:
         raise ValueError(f"quantize_operand: a must be 2-D, got shape {a.shape}")
+    if blocks_2d:
+        return quantize_nvfp4_2d(a, fmt, mode=mode, seed=seed, margin=margin)
     go = g if isinstance(g, DelayedScaling) else orient(g, k_axis)
+    kw: dict[str, Any] = {"scale_rounding": scale_rounding, "margin": margin}
+    if mode != "rne":
+        kw.update(mode=mode, seed=seed)
     if isinstance(go, MX) or scale_format is None:
-        return quantize(a, fmt, go, scale_rounding=scale_rounding, margin=margin)
-    return quantize(a, fmt, go, scale_format=scale_format, scale_rounding=scale_rounding, margin=margin)
+        return quantize(a, fmt, go, **kw)
+    return quantize(a, fmt, go, scale_format=scale_format, **kw)
 
 
 def operand_stats(a: np.ndarray, q: QuantizedTensor) -> tuple[int, int]:
-    """``(n_saturated, n_underflow)`` of the quantization ``q`` of ``a`` (RNE, as
-    :func:`quantize_operand` rounds): :func:`fp8sim.metrics.quantization_counts`, the one
-    definition (saturated: clipped by the conversion, infinities included; underflowed: nonzero,
-    non-NaN elements that became exactly zero)."""
-    c = quantization_counts(a, q, mode="rne")
+    """``(n_saturated, n_underflow)`` of the quantization ``q`` of ``a`` (in the mode ``q`` was
+    made with): :func:`fp8sim.metrics.quantization_counts`, the one definition (saturated: clipped
+    by the conversion, infinities included; underflowed: nonzero, non-NaN elements that became
+    exactly zero)."""
+    c = quantization_counts(a, q, mode=q.mode)
     return c["n_saturated"], c["n_underflow"]
 
 
-def _formats(r, role: str) -> tuple[str, str]:
+def sr_seed(base: int, step: int, name: str) -> int:
+    """The seed of one stochastic-rounding quantization in training: a 63-bit integer from
+    ``numpy.random.SeedSequence([base, step, crc32(name)])`` (``base``: the run's seed; ``name``:
+    layer and operand, e.g. ``"layer0.mlp.up:dy"``), so that every tensor of every step draws its
+    own random bits and a run is reproduced by its seed (a rollback replays the same bits)."""
+    ss = np.random.SeedSequence([int(base) & 0xFFFFFFFF, int(step), zlib.crc32(name.encode())])
+    return int(ss.generate_state(1, np.uint64)[0] >> np.uint64(1))
+
+
+def wgrad_transform(a: np.ndarray, axis: int, r) -> np.ndarray:
+    """A Wgrad operand as recipe ``r`` quantizes it: with ``r.wgrad_rht`` its random Hadamard
+    transform along the token axis ``axis`` (size 16, signs ``r.rht_seed``; float64, rounded once
+    to ``a``'s float dtype, float32 for float32/bf16 inputs), else ``a`` itself."""
+    if not r.wgrad_rht:
+        return a
+    a = np.asarray(a)
+    out = np.float64 if a.dtype == np.float64 else np.float32
+    return rht(a, axis=axis, n=16, seed=r.rht_seed).astype(out)
+
+
+def block_scaled_matmul(qa: QuantizedTensor, qb: QuantizedTensor, recipe) -> np.ndarray:
+    """``qa (M, K) @ qb (K, N)`` on the block-scaled MMA of ``recipe`` (``Recipe.block_scaled``) from
+    operands quantized along K: :func:`fp8sim.tensorcore.block_gemm.block_scaled_gemm_quantized`, the
+    arithmetic of :func:`fp8sim.gemm` for these recipes.  Returns float32 (float64 for an fp64
+    output format)."""
+    from ..tensorcore.block_gemm import block_scaled_gemm_quantized
+
+    return block_scaled_gemm_quantized(qa, qb, recipe)
+
+
+def role_formats(r, role: str) -> tuple[str, str]:
+    """The operand formats ``(a, b)`` of GEMM ``role`` of recipe ``r`` (gradients in ``grad_format``)."""
     grad = r.grad_format or r.x_format
     return {"fprop": (r.x_format, r.w_format), "dgrad": (grad, r.w_format), "wgrad": (r.x_format, grad)}[role]
 
 
-def _granularities(r, role: str):
+def role_granularities(r, role: str):
+    """The operand granularities ``(a, b)`` of GEMM ``role`` (Wgrad: both along the tokens, as x)."""
     return {
         "fprop": (r.x_granularity, r.w_granularity),
         "dgrad": (r.x_granularity, r.w_granularity),
@@ -141,13 +216,19 @@ def role_recipe(recipe, role: str):
     return rb
 
 
-def matmul(a, b, recipe, role: str, *, layout: str = "kn", fidelity: str = "exact") -> np.ndarray:
+def matmul(
+    a, b, recipe, role: str, *, layout: str = "kn", fidelity: str = "exact", seed: int | None = None
+) -> np.ndarray:
     """The one GEMM of :mod:`fp8sim.training`: ``a @ b`` (``b`` given as ``(N, K)`` with
     ``layout="nk"``) as GEMM ``role`` (``"fprop"``, ``"dgrad"``, ``"wgrad"``) of ``recipe``.
 
     For FP8 recipes the operands should be :class:`QuantizedTensor` objects quantized along K
     (:func:`quantize_operand`); float arrays are quantized here with the role's formats and the
-    recipe's granularities laid along K (``a`` along axis 1, ``b`` along its K axis).  Wide recipes
+    recipe's granularities laid along K (``a`` along axis 1, ``b`` along its K axis) and its
+    training options: ``weight_2d_blocks`` for the weight (``b`` of Fprop and Dgrad),
+    ``wgrad_rht`` (both Wgrad operands transformed along K first, :func:`wgrad_transform`) and
+    ``grad_rounding`` for the gradient (``a`` of Dgrad, ``b`` of Wgrad; ``"sr"`` needs ``seed``).
+    Block-scaled recipes run :func:`block_scaled_matmul`, the others :func:`fp8sim.gemm`.  Wide recipes
     take float arrays; arrays with more than 2 dimensions are batched GEMMs (attention), FP8
     recipes run them as one :func:`fp8sim.gemm` per matrix.  Wide recipes cast like
     :func:`fp8sim.gemm` (operands rounded to the recipe's format, output rounded to the output
@@ -180,27 +261,42 @@ def matmul(a, b, recipe, role: str, *, layout: str = "kn", fidelity: str = "exac
         a = np.broadcast_to(a, lead + a.shape[-2:])
         bb = np.broadcast_to(bb, lead + bb.shape[-2:])
         out = [
-            matmul(np.ascontiguousarray(a[i]), np.ascontiguousarray(bb[i]), recipe, role, fidelity=fidelity)
-            for i in np.ndindex(*lead)
+            matmul(
+                np.ascontiguousarray(a[i]),
+                np.ascontiguousarray(bb[i]),
+                recipe,
+                role,
+                fidelity=fidelity,
+                seed=None if seed is None else sr_seed(seed, j, "batch"),
+            )
+            for j, i in enumerate(np.ndindex(*lead))
         ]
         return np.stack(out).reshape(lead + out[0].shape)
     r0 = get_recipe(recipe)
-    fa, fb = _formats(r0, role)
-    ga, gb = _granularities(r0, role)
+    fa, fb = role_formats(r0, role)
+    ga, gb = role_granularities(r0, role)
+    mode_a = r0.grad_rounding if role == "dgrad" else "rne"
+    mode_b = r0.grad_rounding if role == "wgrad" else "rne"
+    kb = 0 if layout == "kn" else 1
+    needs_seed = (mode_a == "sr" and not isinstance(a, QuantizedTensor)) or (
+        mode_b == "sr" and not isinstance(b, QuantizedTensor)
+    )
+    if needs_seed and seed is None:
+        raise ValueError(
+            f"matmul: recipe {r0.name!r} rounds gradients stochastically (grad_rounding='sr'): pass seed=<int> "
+            "or quantized operands"
+        )
+    if role == "wgrad":
+        a = a if isinstance(a, QuantizedTensor) else wgrad_transform(a, 1, r0)
+        b = b if isinstance(b, QuantizedTensor) else wgrad_transform(b, kb, r0)
+    pol = {"scale_format": rr.scale_format, "scale_rounding": rr.scale_rounding, "margin": rr.margin}
     if not isinstance(a, QuantizedTensor):
-        a = quantize_operand(
-            a, fa, ga, 1, scale_format=rr.scale_format, scale_rounding=rr.scale_rounding, margin=rr.margin
-        )
+        a = quantize_operand(a, fa, ga, 1, mode=mode_a, seed=seed, **pol)
     if not isinstance(b, QuantizedTensor):
-        b = quantize_operand(
-            b,
-            fb,
-            gb,
-            0 if layout == "kn" else 1,
-            scale_format=rr.scale_format,
-            scale_rounding=rr.scale_rounding,
-            margin=rr.margin,
-        )
+        b2d = role != "wgrad" and r0.weight_2d_blocks
+        b = quantize_operand(b, fb, gb, kb, mode=mode_b, seed=seed, blocks_2d=b2d, **pol)
+    if rr.block_scaled:
+        return block_scaled_matmul(a, transpose_quantized(b) if layout == "nk" else b, rr)
     return np.asarray(gemm(a, b, rr, layout=layout, fidelity=fidelity))
 
 
@@ -306,7 +402,10 @@ class Linear:
             return self._delayed[key]
         return g
 
-    def _q(self, a, fmt, g, key, k_axis, r, ctx):
+    def _q(self, a, fmt, g, key, k_axis, r, ctx, mode: str = "rne", blocks_2d: bool = False):
+        seed = None
+        if mode != "rne":  # stochastic rounding: the run's seed, the step, this layer and operand
+            seed = sr_seed(getattr(ctx, "sr_seed", 0), getattr(ctx, "step", 0), f"{self.name}:{key}")
         q = quantize_operand(
             a,
             fmt,
@@ -315,6 +414,9 @@ class Linear:
             scale_format=r.scale_format,
             scale_rounding=r.scale_rounding,
             margin=r.margin,
+            mode=mode,
+            seed=seed,
+            blocks_2d=blocks_2d,
         )
         rec = tensor_record(a, q)
         ctx.record(f"{self.name}:{key}", rec)
@@ -326,7 +428,7 @@ class Linear:
         W = self.weight.value
         if r.is_fp8:
             qx = self._q(x, r.x_format, r.x_granularity, "x", 1, r, ctx)
-            qw = self._q(W, r.w_format, r.w_granularity, "w", 0, r, ctx)
+            qw = self._q(W, r.w_format, r.w_granularity, "w", 0, r, ctx, blocks_2d=r.weight_2d_blocks)
             self.last_operands["fprop"] = (qx, qw, "kn")
             y = matmul(qx, qw, r, "fprop", fidelity=ctx.fidelity)
         else:
@@ -344,16 +446,18 @@ class Linear:
         if r.is_fp8:
             gfmt = r.grad_format or r.x_format
             # Dgrad: dX = dY @ W^T, K = d_out
-            qdy = self._q(dy, gfmt, r.x_granularity, "dy", 1, rb, ctx)
-            if transposes_share_scales(r.w_granularity):
-                b, layout = qw, "nk"  # W^T shares W's 128x128 (or per-tensor) scales
+            qdy = self._q(dy, gfmt, r.x_granularity, "dy", 1, rb, ctx, mode=r.grad_rounding)
+            if r.weight_2d_blocks or transposes_share_scales(r.w_granularity):
+                b, layout = qw, "nk"  # W^T shares W's 128x128, 16x16 (or per-tensor) scales
             else:
                 b, layout = self._q(np.ascontiguousarray(W.T), r.w_format, r.w_granularity, "wT", 0, rb, ctx), "kn"
             self.last_operands["dgrad"] = (qdy, b, layout)
             dx = matmul(qdy, b, r, "dgrad", layout=layout, fidelity=ctx.fidelity)
-            # Wgrad: dW = X^T @ dY, K = T (tokens): both operands re-quantized along the tokens
-            qxt = self._q(np.ascontiguousarray(x.T), r.x_format, r.x_granularity, "xT", 1, rb, ctx)
-            qdyt = self._q(dy, gfmt, r.x_granularity, "dyT", 0, rb, ctx)
+            # Wgrad: dW = X^T @ dY, K = T (tokens): both operands re-quantized along the tokens (after the
+            # random Hadamard transform along the tokens, with wgrad_rht)
+            xt = wgrad_transform(np.ascontiguousarray(x.T), 1, r)
+            qxt = self._q(xt, r.x_format, r.x_granularity, "xT", 1, rb, ctx)
+            qdyt = self._q(wgrad_transform(dy, 0, r), gfmt, r.x_granularity, "dyT", 0, rb, ctx, mode=r.grad_rounding)
             self.last_operands["wgrad"] = (qxt, qdyt, "kn")
             dw = matmul(qxt, qdyt, r, "wgrad", fidelity=ctx.fidelity)
         else:

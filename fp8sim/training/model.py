@@ -109,6 +109,8 @@ class Context:
         self.records: dict[str, Record] = {}
         self.perturbations: dict = {}
         self.grad_scale = 1.0
+        self.step = 0  # the training step (stochastic rounding draws from (sr_seed, step, tensor name))
+        self.sr_seed = 0  # the run's seed for stochastic rounding
 
     def recipe_for(self, part: str):
         return self.precision.recipe_for(part)

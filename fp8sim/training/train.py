@@ -191,6 +191,7 @@ def train_one(
     )
     data = Batches(ids, cfg.batch, mcfg.context, seed)
     ctx = Context(prec, fidelity)
+    ctx.sr_seed = seed  # stochastic rounding (grad_rounding="sr"): each tensor's seed from (seed, step, name)
     losses = np.full(steps, np.nan)
     norms = np.full(steps, np.nan)
     lrs = np.full(steps, np.nan)
@@ -203,6 +204,7 @@ def train_one(
         ctx.reset()
         ctx.perturbations = {}
         ctx.grad_scale = 1.0
+        ctx.step = step
         for i, f in enumerate(faults):
             if f.step <= step < f.step + f.duration and (i, step) not in fired:
                 fired.add((i, step))
@@ -345,12 +347,16 @@ def train(
     faults=(),
     figures: bool = True,
     on_step=None,
+    jobs: int = 1,
 ) -> dict:
     """Train every recipe in ``recipes`` (names or Recipes) from the same initialization and data
     order; write the outputs to ``out_dir`` and return the summary (also ``out_dir/summary.json``).
 
     ``progress`` shows a progress bar on stderr; ``on_step(recipe, step, loss)``, when given, is
-    called after every iteration (for progress lines of your own)."""
+    called after every iteration (for progress lines of your own).  ``jobs > 1`` trains that many
+    recipes at a time in worker processes (each with ``config.threads`` threads); with
+    ``fidelity="exact"`` the results are the same bits as one after the other.  Workers report
+    progress when a recipe finishes (``on_step`` is then called for each of its steps)."""
     from ..recipes import recipe as _get_recipe
 
     cfg = config or TrainConfig()
@@ -377,9 +383,14 @@ def train(
             bar.set_postfix_str(f"{name} step {step} loss {loss:.4f}", refresh=False)
 
     results = {}
-    with _threads(cfg.threads):
-        for r in rs:
-            results[r.name] = train_one(r, steps, seed, config=cfg, fidelity=fidelity, faults=faults, progress=tick)
+    if isinstance(jobs, (bool, np.bool_)) or not isinstance(jobs, (int, np.integer)) or jobs < 1:
+        raise ValueError(f"train: jobs must be an int >= 1, got {jobs!r}")
+    if jobs > 1 and len(rs) > 1:
+        results = _train_parallel(rs, steps, seed, cfg, fidelity, tuple(faults), int(jobs), tick)
+    else:
+        with _threads(cfg.threads):
+            for r in rs:
+                results[r.name] = train_one(r, steps, seed, config=cfg, fidelity=fidelity, faults=faults, progress=tick)
     if bar is not None:
         bar.close()
     ref = results.get("bf16")
@@ -405,6 +416,29 @@ def train(
         f.write(_strict_json(summary))  # strict JSON: NaN/inf as "nan"/"inf"/"-inf"
     summary["results"] = results
     return summary
+
+
+def _train_one_job(args):
+    r, steps, seed, cfg, fidelity, faults = args
+    with _threads(cfg.threads):
+        return train_one(r, steps, seed, config=cfg, fidelity=fidelity, faults=faults)
+
+
+def _train_parallel(rs, steps, seed, cfg, fidelity, faults, jobs, tick) -> dict:
+    """:func:`train_one` for each recipe in ``jobs`` spawned worker processes; results in recipe order."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    ctx = multiprocessing.get_context("spawn")  # (fork after numba's threads start is not safe)
+    with ProcessPoolExecutor(max_workers=min(jobs, len(rs)), mp_context=ctx) as pool:
+        futs = {r.name: pool.submit(_train_one_job, (r, steps, seed, cfg, fidelity, faults)) for r in rs}
+        out = {}
+        for name, fut in futs.items():
+            res = fut.result()
+            for i in range(res.iterations):
+                tick(name, min(i, steps - 1), float(res.losses[min(i, steps - 1)]))
+            out[name] = res
+    return out
 
 
 def _jsonable(d):
