@@ -100,7 +100,8 @@ def test_mx_recipes_are_the_scaled_instruction_chained_along_k(name, fmt, step):
 def test_nvfp4_is_ue4m3_per_16_in_the_mma_and_the_tensor_scale_as_alpha():
     M, K, N = 4, 128, 6
     x, w = inputs(M, K, N, 3)
-    y = block_scaled_gemm(x, w, "nvfp4")
+    # 1x16 blocks on both operands (the preset's 16x16 weight blocks: tests/test_nvfp4_training.py)
+    y = block_scaled_gemm(x, w, fp8sim.recipe("nvfp4").with_(name="nvfp4-1d", weight_2d_blocks=False))
     qx = fp8sim.quantize(x, "e2m1", "nvfp4")
     qw = fp8sim.quantize(np.ascontiguousarray(w.T), "e2m1", "nvfp4")
     ue4m3 = lambda s: s.astype(np.float32).astype(fp8sim.formats.format("e4m3").ml_dtype).view(np.uint8)  # noqa: E731
