@@ -1,10 +1,12 @@
 """The packed wgmma kernel (fp8sim.tensorcore.fast.wgmma_gemm_codes) and the general fast kernel
 (wgmma_gemm) against the bit-level tensor-core model (fp8sim.tensorcore.matmul, independent code):
 random codes over the whole code space, ragged shapes, every scale mode, promotion intervals 0 / 32 /
-128, e4m3 / e5m2 pairs."""
+128, e4m3 / e5m2 pairs (and e3m4, fnuz); the packed kernel's rounding-mode switch left no trace."""
 
+import numba
 import numpy as np
 import pytest
+from numba import njit, prange
 
 import fp8sim
 from fp8sim import tensorcore as tc
@@ -117,14 +119,86 @@ def _case(rng, fa, fb, kind, M, K, N, promote, mode, kscale):
 @pytest.mark.parametrize("promote,mode,kscale", MODES)
 def test_packed_kernel_equals_tensorcore_model(fa, fb, promote, mode, kscale):
     rng = np.random.default_rng(hash((fa, fb, promote, mode)) % 2**32)
-    # ragged M and N (not multiples of the 24 x 64 tile), K a multiple of 32
-    for kind, (M, K, N) in [("finite", (25, 256, 70)), ("tiny", (7, 128, 65)), ("spread", (30, 256, 9))]:
+    # ragged M and N (not multiples of the row tile or the 64-column panel), several row tiles (M = 200:
+    # three tiles of 72 rows, the last one partial, split into row parts), K a multiple of 32
+    cases = [("finite", (25, 256, 70)), ("tiny", (7, 128, 65)), ("spread", (30, 256, 9)), ("finite", (200, 64, 70))]
+    for kind, (M, K, N) in cases:
         a, b, sa, sb, ks = _case(rng, fa, fb, kind, M, K, N, promote, mode, kscale)
         got = wgmma_gemm_codes(a, b, get_format(fa), get_format(fb), sa, sb, ks, promote, mode, 13, KEEP13)
         assert got is not None  # finite codes: the packed kernel ran
         ref = reference(a, b, fa, fb, sa, sb, ks, promote, mode)
         bad = ~bits_equal(ref, got)
         assert not bad.any(), (kind, int(bad.sum()))
+
+
+@pytest.mark.parametrize("fa,fb", [("e3m4", "e3m4"), ("e3m4", "e5m2"), ("e4m3fnuz", "e5m2fnuz")])
+def test_packed_kernel_other_formats(fa, fb):
+    # e3m4's 5-bit significands take A's smallest nudge (1 + 2**-19); fnuz formats have no -0
+    rng = np.random.default_rng(sum(map(ord, fa + fb)))
+    for kind, (M, K, N) in [("finite", (20, 256, 70)), ("tiny", (13, 64, 33))]:
+        a, b, sa, sb, ks = _case(rng, fa, fb, kind, M, K, N, 128, SCALE_FMA, 128)
+        sp_a, sp_b = code_tables(get_format(fa))[2], code_tables(get_format(fb))[2]
+        a[sp_a[a]] = 1  # "tiny" masking can make fnuz NaN codes (0x80)
+        b[sp_b[b]] = 1
+        got = wgmma_gemm_codes(a, b, get_format(fa), get_format(fb), sa, sb, ks, 128, SCALE_FMA, 13, KEEP13)
+        assert got is not None
+        assert bits_equal(reference(a, b, fa, fb, sa, sb, ks, 128, SCALE_FMA), got).all(), kind
+
+
+def test_truncation_of_negative_addends():
+    # one group, e4m3: 448 (exponent 8) sets u = 2**(8 - 13); -1 * 1 = -32 u is a negative integer
+    # (kept whole), -2**-7 * 1 = -u/4 truncates to 0 (floor would give -u); by hand: 448 - 15 = 433,
+    # and with B = -1 the signs flip: -448 + 15 = -433; with B = 0.5 (products -16 u, -u/8): 224 - 7.5
+    a = np.array([[0x7E] + [0xB8] * 15 + [0x84] * 16], np.uint8)  # 448, -1.0, -2**-7
+    b = np.zeros((32, 3), np.uint8)
+    b[:, 0], b[:, 1], b[:, 2] = 0x38, 0xB8, 0x30  # 1.0, -1.0, 0.5
+    e4m3 = get_format("e4m3")
+    one_a, one_b = np.ones((1, 1), np.float32), np.ones((1, 3), np.float32)
+    got = wgmma_gemm_codes(a, b, e4m3, e4m3, one_a, one_b, 32, 0, SCALE_EPILOGUE, 13, KEEP13)
+    assert got.tolist() == [[433.0, -433.0, 216.5]]
+    assert bits_equal(tc.matmul(a, b, a_format="e4m3", b_format="e4m3", instruction="wgmma"), got).all()
+
+
+def test_packed_a_in_row_blocks(monkeypatch):
+    # A packed in blocks of rows (here one 84-row tile each: three blocks, the last partial), B decoded
+    # for each: the same bits as the reference
+    from fp8sim.tensorcore import fast
+
+    monkeypatch.setattr(fast, "_A_BYTES", 2**17)
+    rng = np.random.default_rng(8)
+    a, b, sa, sb, ks = _case(rng, "e4m3", "e5m2", "spread", 250, 256, 70, 128, SCALE_MUL_ADD, 128)
+    got = wgmma_gemm_codes(a, b, get_format("e4m3"), get_format("e5m2"), sa, sb, ks, 128, SCALE_MUL_ADD, 13, KEEP13)
+    assert fast._tile_rows(250) == 84 and got is not None
+    assert bits_equal(reference(a, b, "e4m3", "e5m2", sa, sb, ks, 128, SCALE_MUL_ADD), got).all()
+
+
+@njit(parallel=True)
+def _round_probe(x, y):
+    """x + y in float32 on every thread of numba's pool (one element per iteration)."""
+    out = np.empty(x.size, np.float32)
+    for i in prange(x.size):
+        out[i] = x[i] + y[i]
+    return out
+
+
+def test_rounding_mode_is_restored():
+    # the kernel rounds toward zero inside its tile function only: afterwards every thread (numba's
+    # workers and the caller) rounds to nearest again: 1 + 0.75 ulp rounds up to 1 + ulp
+    rng = np.random.default_rng(3)
+    a, b, sa, sb, ks = _case(rng, "e4m3", "e4m3", "finite", 100, 256, 200, 128, SCALE_FMA, 128)
+    n = 64 * numba.get_num_threads()
+    x = np.ones(n, np.float32)
+    y = np.full(n, 0.75 * 2.0**-23, np.float32)
+    up = np.float32(1 + 2.0**-23)
+    for threads in (numba.get_num_threads(), 1):
+        numba.set_num_threads(threads)
+        try:
+            got = wgmma_gemm_codes(a, b, get_format("e4m3"), get_format("e4m3"), sa, sb, ks, 128, SCALE_FMA, 13, KEEP13)
+            assert got is not None
+            assert (_round_probe(x, y) == up).all()
+        finally:
+            numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+        assert (x + y == up).all() and np.float32(1.0) + np.float32(0.75 * 2.0**-23) == up
 
 
 @pytest.mark.parametrize("fa,fb", PAIRS)

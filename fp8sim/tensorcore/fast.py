@@ -23,13 +23,13 @@ rounded fused multiply-add (LLVM ``llvm.fma.f32``) or a separately rounded
 multiply and add; see :func:`wgmma_gemm`.
 
 :func:`wgmma_gemm_codes` computes the same result from the codes, for operands
-without inf / NaN codes (the common case; :func:`wgmma_gemm` takes the rest):
-a tile-packed, register-blocked kernel (:mod:`fp8sim.tensorcore.fast_blocks`)
-that decodes through the 256-entry tables itself, finds each group's exponent
-on int8 lanes and sums ``int32(va * vb * 2**(F - E))`` (``fptosi`` truncates
-toward zero) in int32; B's values carry a factor ``2**-64`` and the power of
-two is added to the product's exponent field as an integer, so that a zero
-product stays below 1 and truncates to 0.
+without inf / NaN codes (the common case; :func:`wgmma_gemm` takes the rest).
+It decodes the codes through 256-entry tables into packed tiles and runs each
+32-product group on a tile of accumulators with one LLVM function
+(:func:`fp8sim.tensorcore.fast_blocks.tile_group`): the group's exponent on
+int8 lanes, then one FMA rounded toward zero per product into a biased
+accumulator, which adds each product truncated toward zero to ``F`` fraction
+bits below the exponent (the arithmetic of the CUDA-core kernel; all exact).
 
 The equality with :func:`fp8sim.tensorcore.matmul` (the model validated
 against the H200) is tested bit for bit in tests/test_gemm.py and
@@ -45,7 +45,7 @@ from numba import njit, prange
 
 from ..intrinsics import fma32
 from .codes import code_table
-from .fast_blocks import BIAS_B, EXP_LANES, EXP_ROWS, VAL_LANES, VAL_ROWS, mk_exp, mk_group
+from .fast_blocks import TILE_N, TILE_ROWS, promote_tile, tile_group
 from .model import AccumulatorModel
 
 __all__ = [
@@ -241,9 +241,9 @@ def fast_kernel_ok(model: AccumulatorModel) -> bool:
     )
 
 
-# ---------------------------------------------------------------- packed, register-blocked kernel
-_TILE_M = 24  # output rows per tile: a multiple of EXP_ROWS and VAL_ROWS
-_TILE_N = 64  # output columns per tile (one B panel): a multiple of EXP_LANES and VAL_LANES
+# ---------------------------------------------------------------- packed kernel (fast_blocks.tile_group)
+_MAX_ROWS = 96  # output rows per tile at most (a multiple of TILE_ROWS): B's panel is reused over them
+_A_BYTES = 2**28  # packed A per block of rows at most (about; at least one row tile)
 _NONE8 = -64  # int8 exponent of a zero code: none + none and none + any real exponent stay in range
 _FLOOR = -49  # lower bound of a group's exponent, below every real product and accumulator exponent
 _E_MIN, _E_MAX = -17, 15  # the nominal exponents these bounds hold for (with F <= 13)
@@ -258,19 +258,66 @@ def _count_special(codes, sp):
     return n
 
 
+@njit(cache=True, inline="always")
+def _masks(vi, d0, stride, ms, mz, nlanes):
+    """``ms[j]`` / ``mz[j]`` = the sign / non-zero bits of the float32 patterns ``vi[d0 + k*stride + j]``
+    over k < 32 (bit k), for j < nlanes."""
+    for j in range(nlanes):
+        ms[j] = 0
+        mz[j] = 0
+    for k in range(32):
+        sh = np.uint32(k)
+        for j in range(nlanes):
+            x = np.uint32(vi[d0 + k * stride + j])
+            ms[j] |= (x >> np.uint32(31)) << sh
+            mz[j] |= np.uint32((x & np.uint32(0x7FFFFFFF)) != 0) << sh
+
+
 @njit(cache=True, parallel=True)
-def _packed_gemm(A, A_tail, va_t, ea_t, B, vb_t, eb_t, sa, sb, kscale, promote, mode, F, keep_bits, out, panels, parts):
-    """The kernel of :func:`wgmma_gemm_codes`: A (M, Kp) and B (Kp, N) codes, the value / int8
-    exponent tables of their formats, ``sa (Mp, nks)`` and ``sb (nks, Np)`` padded to whole tiles,
-    ``A_tail`` the last partial row tile of A padded with a zero code (MB, Kp).
+def _decode_a(A, va_t, ea_t, MB, av, ae, am):
+    """A's codes (M, Kp) packed per row tile of ``MB`` rows and group: ``av`` / ``ae[((t*ng + g)*MB + r)*32 + k]``
+    (value, int8 exponent), ``am[((t*ng + g)*MB + r)*2 + {0, 1}]`` (sign, non-zero masks); rows past M are
+    zeros."""
+    M, Kp = A.shape
+    ng = Kp // 32
+    avi = av.view(np.int32)
+    Af = A.reshape(-1)
+    for t in prange((M + MB - 1) // MB):
+        for g in range(ng):
+            for r in range(MB):
+                d = ((t * ng + g) * MB + r) * 32
+                i = t * MB + r
+                if i < M:
+                    s0 = i * Kp + g * 32
+                    for k in range(32):
+                        code = Af[s0 + k]
+                        av[d + k] = va_t[code]
+                        ae[d + k] = ea_t[code]
+                else:
+                    for k in range(32):
+                        av[d + k] = 0.0
+                        ae[d + k] = _NONE8
+                ms = np.uint32(0)
+                mz = np.uint32(0)
+                for k in range(32):
+                    x = np.uint32(avi[d + k])
+                    ms |= (x >> np.uint32(31)) << np.uint32(k)
+                    mz |= np.uint32((x & np.uint32(0x7FFFFFFF)) != 0) << np.uint32(k)
+                am[d // 16] = np.int32(ms)
+                am[d // 16 + 1] = np.int32(mz)
+
+
+@njit(cache=True, parallel=True)
+def _packed_gemm(av, ae, am, M, MB, B, vb_t, eb_t, sa, sb, kscale, promote, mode, F, keep_bits, out, panels, parts):
+    """The kernel of :func:`wgmma_gemm_codes`: A packed by :func:`_decode_a` (``M`` rows, tiles of ``MB``),
+    B (Kp, N) codes, the value / int8 exponent tables of B's format, ``sa (Mp, nks)`` and ``sb (nks, Np)``
+    padded to whole tiles.
 
     Work items: a chunk of ``panels`` column panels times one of ``parts`` row ranges.  Each decodes
-    its chunk of B into panels (one k row of a panel contiguous) and sweeps its row tiles over them,
-    so that the chunk stays in cache while A streams once per chunk."""
-    M, Kp = A.shape
-    N = B.shape[1]
-    MB = _TILE_M
-    NB = _TILE_N
+    its chunk of B into panels (one k row of a panel contiguous, masks per group) and sweeps its row
+    tiles over them, so that the chunk stays in cache while A streams once per chunk."""
+    Kp, N = B.shape
+    NB = TILE_N
     nmt = (M + MB - 1) // MB
     nnt = (N + NB - 1) // NB
     nch = (nnt + panels - 1) // panels
@@ -288,10 +335,14 @@ def _packed_gemm(A, A_tail, va_t, ea_t, B, vb_t, eb_t, sa, sb, kscale, promote, 
         npan = min(panels, nnt - pc0)
         bv = np.empty(npan * Kp * NB, np.float32)
         be = np.empty(npan * Kp * NB, np.int8)
-        for pi in range(npan):
-            n0 = (pc0 + pi) * NB
-            w = min(N, n0 + NB) - n0
-            for k in range(Kp):
+        bm = np.empty(npan * ng * 2 * NB, np.int32)
+        bvi = bv.view(np.int32)
+        ms = np.empty(NB, np.uint32)
+        mz = np.empty(NB, np.uint32)
+        for k in range(Kp):  # one row of the chunk's codes at a time (rows of B are N apart)
+            for pi in range(npan):
+                n0 = (pc0 + pi) * NB
+                w = min(N, n0 + NB) - n0
                 d = (pi * Kp + k) * NB
                 s0 = k * N + n0
                 for n in range(w):
@@ -301,24 +352,18 @@ def _packed_gemm(A, A_tail, va_t, ea_t, B, vb_t, eb_t, sa, sb, kscale, promote, 
                 for n in range(w, NB):
                     bv[d + n] = 0.0
                     be[d + n] = _NONE8
+        for pi in range(npan):
+            for g in range(ng):
+                _masks(bvi, (pi * Kp + g * 32) * NB, NB, ms, mz, NB)
+                m0 = (pi * ng + g) * 2 * NB
+                for n in range(NB):
+                    bm[m0 + n] = np.int32(ms[n])
+                    bm[m0 + NB + n] = np.int32(mz[n])
         acc = np.empty(T, np.float32)
         tot = np.empty(T, np.float32)
-        pm8 = np.empty(T, np.int8)
-        av = np.empty(ng * MB * 32, np.float32)
-        ae = np.empty(ng * MB * 32, np.int8)
+        pm = np.empty(T, np.int8)
         for mt in range(part * nmt // parts, (part + 1) * nmt // parts):
             i0 = mt * MB
-            src = A if i0 + MB <= M else A_tail
-            r0 = i0 if i0 + MB <= M else 0
-            srcf = src.reshape(-1)
-            for r in range(MB):
-                for g in range(ng):
-                    d = (g * MB + r) * 32
-                    s0 = (r0 + r) * Kp + g * 32
-                    for k in range(32):
-                        code = srcf[s0 + k]
-                        av[d + k] = va_t[code]
-                        ae[d + k] = ea_t[code]
             for pi in range(npan):
                 n0 = (pc0 + pi) * NB
                 acc[:] = 0.0
@@ -326,47 +371,29 @@ def _packed_gemm(A, A_tail, va_t, ea_t, B, vb_t, eb_t, sa, sb, kscale, promote, 
                 cnt = 0
                 for g in range(ng):
                     k0 = g * 32
-                    a_base = g * MB * 32
-                    b_base = (pi * Kp + k0) * NB
-                    for rb in range(0, MB, EXP_ROWS):
-                        for cb in range(0, NB, EXP_LANES):
-                            mk_exp(pm8, ae, ea_t, be, rb * NB + cb, a_base + rb * 32, b_base + cb, NB, 32, NB)
-                    for rb in range(0, MB, VAL_ROWS):
-                        for cb in range(0, NB, VAL_LANES):
-                            mk_group(
-                                acc,
-                                pm8,
-                                av,
-                                va_t,
-                                bv,
-                                rb * NB + cb,
-                                a_base + rb * 32,
-                                b_base + cb,
-                                NB,
-                                32,
-                                NB,
-                                F,
-                                _FLOOR,
-                                keep_bits,
-                            )
+                    tg = mt * ng + g
+                    tile_group(
+                        acc,
+                        pm,
+                        av,
+                        ae,
+                        bv,
+                        be,
+                        am,
+                        bm,
+                        tg * MB * 32,
+                        (pi * Kp + k0) * NB,
+                        tg * MB * 2,
+                        (pi * ng + g) * 2 * NB,
+                        MB,
+                        F,
+                        _FLOOR,
+                        keep_bits,
+                    )
                     cnt += 32
                     if promote > 0 and (cnt == promote or g == ng - 1):
                         kb = k0 // kscale
-                        sb0 = kb * Np + n0
-                        for r in range(MB):
-                            s_a = saf[(i0 + r) * nks + kb]
-                            o0 = r * NB
-                            if mode == SCALE_FMA:
-                                for n in range(NB):
-                                    tot[o0 + n] = fma32(np.float32(s_a * sbf[sb0 + n]), acc[o0 + n], tot[o0 + n])
-                            elif mode == SCALE_MUL_ADD:
-                                for n in range(NB):
-                                    s = np.float32(s_a * sbf[sb0 + n])
-                                    tot[o0 + n] = np.float32(tot[o0 + n] + np.float32(s * acc[o0 + n]))
-                            else:
-                                for n in range(NB):
-                                    tot[o0 + n] = np.float32(tot[o0 + n] + acc[o0 + n])
-                        acc[:] = 0.0
+                        promote_tile(tot, acc, saf, sbf, i0 * nks + kb, nks, kb * Np + n0, MB, mode)
                         cnt = 0
                 res = tot if promote > 0 else acc
                 for r in range(min(MB, M - i0)):
@@ -386,15 +413,15 @@ def _exp8(e):
 def packed_kernel_ok(fa, fb, F: int) -> bool:
     """Whether :func:`wgmma_gemm_codes` covers the format pair with ``F`` kept fraction bits: nominal
     exponents in [-17, 15] (every exponent sum, the zero codes' placeholder and the accumulator's
-    exponent then fit the kernel's int8 and power-of-two ranges), ``F <= 13``, and a zero code in A's
-    format (the padding of a partial row tile)."""
+    exponent then fit the kernel's int8 and bias ranges), ``F <= 13``, and significands short enough
+    for A's nudge ``1 + 2**-(23 - mbits_a)`` (``2 * mbits_a + mbits_b <= 21``, see
+    :mod:`fp8sim.tensorcore.fast_blocks`)."""
     for f in (fa, fb):
         e = code_tables(f)[1]
         e = e[e != _NEG16]
         if e.size and (e.min() < _E_MIN or e.max() > _E_MAX):
             return False
-    v, _, sp = code_tables(fa)
-    return 0 <= F <= 13 and bool(((v == 0) & ~sp).any())
+    return 0 <= F <= 13 and 2 * fa.mbits + fb.mbits <= 21
 
 
 def _work_split(nmt: int, nnt: int, threads: int) -> tuple[int, int]:
@@ -406,21 +433,30 @@ def _work_split(nmt: int, nnt: int, threads: int) -> tuple[int, int]:
     return panels, max(1, min(nmt, -(-4 * threads // nch)))
 
 
+def _tile_rows(M: int) -> int:
+    """Rows per tile: a multiple of TILE_ROWS, at most _MAX_ROWS, with little padding past M."""
+    ntiles = -(-M // _MAX_ROWS)
+    rows = -(-M // ntiles)
+    return TILE_ROWS * -(-rows // TILE_ROWS)
+
+
 def wgmma_gemm_codes(a_codes, b_codes, fa, fb, sa, sb, kscale, promote, mode, F, keep_bits):
     """:func:`wgmma_gemm` from the codes: ``a_codes (M, Kp)``, ``b_codes (Kp, N)`` uint8 (Kp a multiple
     of 32), ``fa``, ``fb`` their formats, ``sa (M, nks)``, ``sb (nks, N)`` float32; the other
     arguments as for :func:`wgmma_gemm`.
 
-    Decodes through 256-entry tables inside the kernel and sums each group with the register-blocked
-    micro-kernels of :mod:`fp8sim.tensorcore.fast_blocks` (int8 exponent maxima, then
-    ``int32(va * vb * 2**(F - pm))``, the addend truncated toward zero, summed in int32: all exact).
-    Returns the (M, N) float32 result, bit-identical to :func:`wgmma_gemm`, or None where an operand
-    holds inf / NaN codes, K is empty or :func:`packed_kernel_ok` is false (then use :func:`wgmma_gemm`).
+    Decodes through 256-entry tables (A once, B once per chunk of column panels and block of A's rows,
+    blocks of up to 256 MiB of packed A: 5.25 bytes per code) and runs each group
+    on a tile with :func:`fp8sim.tensorcore.fast_blocks.tile_group`: int8 exponent maxima, then one
+    FMA rounded toward zero per product into a biased accumulator, which adds every product
+    truncated toward zero to ``F`` fraction bits below the group's exponent (all exact).  Returns
+    the (M, N) float32 result, bit-identical to :func:`wgmma_gemm`, or None where an operand holds
+    inf / NaN codes, K is empty or :func:`packed_kernel_ok` is false (then use :func:`wgmma_gemm`).
     """
     M, Kp = a_codes.shape
     N = b_codes.shape[1]
-    if Kp == 0 or Kp >= 2**40 or not packed_kernel_ok(fa, fb, F):  # (K < 2**40 bounds the accumulator)
-        return None
+    if Kp == 0 or M == 0 or N == 0 or Kp >= 2**40 or not packed_kernel_ok(fa, fb, F):
+        return None  # (K < 2**40 bounds the accumulator's exponent)
     va, ea, spa = code_tables(fa)
     vb, eb, spb = code_tables(fb)
     a_codes = np.ascontiguousarray(a_codes)
@@ -429,36 +465,45 @@ def wgmma_gemm_codes(a_codes, b_codes, fa, fb, sa, sb, kscale, promote, mode, F,
         b_codes.reshape(-1), spb.astype(np.int64)
     ):
         return None
-    MB, NB = _TILE_M, _TILE_N
+    MB, NB = _tile_rows(M), TILE_N
     nmt, nnt = -(-M // MB), -(-N // NB)
-    zero = np.uint8(np.flatnonzero((va == 0) & ~spa)[0])
-    a_tail = np.full((MB, Kp), zero, np.uint8)
-    a_tail[: M % MB] = a_codes[M - M % MB :]
     sa_p = np.ones((nmt * MB, sa.shape[1]), np.float32)
     sa_p[:M] = sa
     sb_p = np.ones((sb.shape[0], nnt * NB), np.float32)
     sb_p[:, :N] = sb
-    panels, parts = _work_split(nmt, nnt, numba.get_num_threads())
-    vb_scaled = (vb.astype(np.float64) * 2.0**-BIAS_B).astype(np.float32)
+    # A's values times the nudge 1 + 2**-(23 - mbits): exact (at most 24 significant bits)
+    va_n = np.where(spa, 0.0, va.astype(np.float64) * (1.0 + 2.0 ** -(23 - fa.mbits))).astype(np.float32)
+    ea8, eb8 = _exp8(ea), _exp8(eb)
+    # A is packed in blocks of rows (whole tiles) of at most _A_BYTES (5.25 bytes per code), B per block
+    RB = MB * max(1, _A_BYTES // (MB * Kp * 21 // 4))
     out = np.empty((M, N), np.float32)
-    with np.errstate(all="ignore"):
-        _packed_gemm(
-            a_codes,
-            a_tail,
-            va,
-            _exp8(ea),
-            b_codes,
-            vb_scaled,
-            _exp8(eb),
-            sa_p,
-            sb_p,
-            int(kscale),
-            int(promote),
-            int(mode),
-            int(F),
-            np.int32(keep_bits),
-            out,
-            panels,
-            parts,
-        )
+    for r0 in range(0, M, RB):
+        rows = min(RB, M - r0)
+        nbt = -(-rows // MB)
+        av = np.empty(nbt * MB * Kp, np.float32)
+        ae = np.empty(nbt * MB * Kp, np.int8)
+        am = np.empty(nbt * MB * (Kp // 32) * 2, np.int32)
+        panels, parts = _work_split(nbt, nnt, numba.get_num_threads())
+        with np.errstate(all="ignore"):
+            _decode_a(a_codes[r0 : r0 + rows], va_n, ea8, MB, av, ae, am)
+            _packed_gemm(
+                av,
+                ae,
+                am,
+                rows,
+                MB,
+                b_codes,
+                vb,
+                eb8,
+                sa_p[r0 : r0 + nbt * MB],
+                sb_p,
+                int(kscale),
+                int(promote),
+                int(mode),
+                int(F),
+                np.int32(keep_bits),
+                out[r0 : r0 + rows],
+                panels,
+                parts,
+            )
     return out
