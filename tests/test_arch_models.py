@@ -390,39 +390,73 @@ def test_equal_to_mmasim_1e5_outputs_per_instruction(row):
     assert total >= 100_000 and mism == 0, f"{mism} of {total} outputs differ"
 
 
-def test_cdna3_equal_to_mmasim_with_finite_accumulators():
+#: the default suite's sample and the slow check's (at least 10^5 outputs per instruction)
+SIZES = [1024, pytest.param(100_000, marks=pytest.mark.slow)]
+
+
+def _tile(outputs: int, parts: int) -> tuple[int, int]:
+    """(M, N) of each of ``parts`` tiles that together hold at least ``outputs`` outputs."""
+    per = -(-outputs // parts)
+    N = 16 if per <= 1024 else 64
+    return -(-per // N), N
+
+
+@pytest.mark.parametrize("outputs", SIZES)
+def test_cdna3_equal_to_mmasim_with_finite_accumulators(outputs):
     # no NaN codes and finite C: equal; the documented difference needs a non-finite accumulator
     _mmasim()
-    for case in cases([r for r in archs.ROWS if r.arch == "cdna3"]):
+    cs = list(cases([r for r in archs.ROWS if r.arch == "cdna3"]))
+    M, N = _tile(outputs, len(cs))
+    total = 0
+    for i, case in enumerate(cs):
         row, fa, fb, K, scale = case
-        rng = np.random.default_rng(7)
-        a, b, c, *_ = random_case(rng, row, fa, fb, K, None, 16, 8, finite_c=True)
+        rng = np.random.default_rng(7 + i)
+        a, b, c, *_ = random_case(rng, row, fa, fb, K, None, M, N, finite_c=True)
         a[a == 0x80] = 0
         b[b == 0x80] = 0
         d = tc.mma(a, b, c, a_format=fa, b_format=fb, instruction="mfma", arch="cdna3")
         assert (bits(d) == reference(row, fa, fb, a, b, c)).all(), _id(case)
+        total += d.size
+    assert total >= outputs
 
 
-def test_cdna3_difference_is_only_the_dropped_nonfinite_accumulator():
-    _mmasim()
-    row = next(r for r in archs.ROWS if r.arch == "cdna3")
-    rng = np.random.default_rng(8)
-    fa = fb = "e5m2fnuz"
-    a, b, c, *_ = random_case(rng, row, fa, fb, 32, None, 64, 16)
-    d = tc.mma(a, b, c, a_format=fa, b_format=fb, instruction="mfma", arch="cdna3")
-    ref = reference(row, fa, fb, a, b, c)
-    diff = bits(d) != ref
-    # where they differ, fp8sim has inf/NaN (IEEE propagation) and MMA-Sim a finite value, and the
-    # accumulator entering a 16-product step was non-finite while that step's largest product
-    # exponent was >= 25 (MMA-Sim gives inf/NaN the exponent -1, below its 24 + 1-bit window)
-    assert diff.any()
-    assert not np.isfinite(d[diff]).any() and np.isfinite(ref[diff].view(np.float32)).all()
-    half = tc.mma(a[:, :16], b[:16], c, a_format=fa, b_format=fb, instruction="mfma", arch="cdna3")
+def _cdna3_dropped(a, b, c, fa, fb):
+    """Where MMA-Sim drops a non-finite accumulator: entering a 16-product step of the MFMA (the
+    chain's C, then the partial result after each 16 products), inf/NaN while that step's largest
+    product exponent is >= 25 (MMA-Sim gives inf/NaN the exponent -1, below its 24 + 1-bit window)."""
     _, ea = _exp_table(fa)
-    e2 = (ea[a[:, 16:]][:, :, None] + ea[b[16:]][None]).max(axis=1)
-    e1 = (ea[a[:, :16]][:, :, None] + ea[b[:16]][None]).max(axis=1)
-    dropped = (~np.isfinite(c) & (e1 >= 25)) | (~np.isfinite(half) & (e2 >= 25))
-    assert (diff <= dropped).all()
+    _, eb = _exp_table(fb)
+    acc = c
+    dropped = np.zeros(c.shape, bool)
+    for s in range(0, a.shape[1], 16):
+        e = (ea[a[:, s : s + 16]][:, :, None] + eb[b[s : s + 16]][None]).max(axis=1)
+        dropped |= ~np.isfinite(acc) & (e >= 25)
+        acc = tc.mma(a[:, : s + 16], b[: s + 16], c, a_format=fa, b_format=fb, instruction="mfma", arch="cdna3")
+    return dropped
+
+
+@pytest.mark.parametrize("outputs", SIZES)
+def test_cdna3_difference_is_only_the_dropped_nonfinite_accumulator(outputs):
+    # the whole code space and non-finite C: where fp8sim and MMA-Sim differ, fp8sim has inf/NaN
+    # (IEEE propagation) and MMA-Sim a finite value, and MMA-Sim dropped the accumulator
+    _mmasim()
+    cs = list(cases([r for r in archs.ROWS if r.arch == "cdna3"]))
+    M, N = _tile(outputs, len(cs))
+    total = ndiff = 0
+    for i, case in enumerate(cs):
+        row, fa, fb, K, _ = case
+        rng = np.random.default_rng(8 + i)
+        a, b, c, *_ = random_case(rng, row, fa, fb, K, None, M, N)
+        d = tc.mma(a, b, c, a_format=fa, b_format=fb, instruction="mfma", arch="cdna3")
+        ref = reference(row, fa, fb, a, b, c)
+        diff = bits(d) != ref
+        assert not np.isfinite(d[diff]).any() and np.isfinite(ref[diff].view(np.float32)).all(), _id(case)
+        assert (diff <= _cdna3_dropped(a, b, c, fa, fb)).all(), _id(case)
+        if fa != "e5m2fnuz" or fb != "e5m2fnuz":  # products below 2^23: MMA-Sim never drops C
+            assert not diff.any(), _id(case)
+        total += d.size
+        ndiff += int(diff.sum())
+    assert total >= outputs and ndiff > 0
 
 
 def _exp_table(name):
@@ -432,13 +466,15 @@ def _exp_table(name):
     return decode_operand(np.arange(f.num_codes, dtype=f.code_dtype), f)
 
 
-def test_sm90_bf16_difference_is_only_overflow_and_zero_exponent():
+@pytest.mark.parametrize("outputs", SIZES)
+def test_sm90_bf16_difference_is_only_overflow_and_zero_exponent(outputs):
     # MMA-Sim's Hopper BF16 wgmma vs the H200 preset: equal unless a result overflows (MMA-Sim: inf,
     # the preset: FLT_MAX) or C = 0 and every product lies below 2^-133 (MMA-Sim's e_zero)
     _mmasim()
     row = next(r for r in archs.ROWS if (r.arch, r.key) == ("sm90", "wgmma.bf16"))
+    M, N = _tile(outputs, 1)
     rng = np.random.default_rng(9)
-    a, b, c, *_ = random_case(rng, row, "bf16", "bf16", 16, None, 64, 16)
+    a, b, c, *_ = random_case(rng, row, "bf16", "bf16", 16, None, M, N)
     d = tc.mma(a, b, c, a_format="bf16", b_format="bf16", instruction="wgmma", arch="sm90")
     ref = reference(row, "bf16", "bf16", a, b, c)
     diff = bits(d) != ref
@@ -446,7 +482,7 @@ def test_sm90_bf16_difference_is_only_overflow_and_zero_exponent():
     _, e = _exp_table("bf16")
     emax = (e[a][:, :, None] + e[b][None]).max(axis=1)
     tiny = (c == 0) & (emax < -133)
-    assert diff.any() and (diff <= (ovf | tiny)).all()
+    assert d.size >= outputs and diff.any() and (diff <= (ovf | tiny)).all()
     assert (ref[diff & ovf].view(np.float32) == np.float32(np.inf) * np.sign(d[diff & ovf])).all()
 
 

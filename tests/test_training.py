@@ -436,6 +436,14 @@ def test_cli_train(tmp_path, capsys):
     for f in ("loss_curves.png", "rel_loss_error.png", "layer_amax.png"):
         assert (out / f).stat().st_size > 1000
     assert main(["train", "--recipes", "bf16,nope", "--steps", "1", "--out", str(out)]) == 2
+    # two recipes in two worker processes: the same losses, bit for bit
+    argv = ["train", "--recipes", "bf16,deepseek-v3", "--steps", "3", "--quiet", "--out", str(tmp_path / "j2")]
+    assert main(argv + ["--jobs", "2"]) == 0
+    assert (tmp_path / "j2" / "losses.csv").read_text() == (out / "losses.csv").read_text()
+    capsys.readouterr()
+    assert main(argv + ["--jobs", "0", "--force"]) == 2 and "--jobs must be at least 1" in capsys.readouterr().err
+    assert main(argv + ["--jobs", "2", "--backend", "torch", "--force"]) == 2
+    assert "--jobs is for the numpy backend" in capsys.readouterr().err
 
 
 def test_recipe_decides_which_parts_are_fp8():

@@ -294,13 +294,18 @@ def _train(args) -> int:
         with option_errors("--recipes"):  # the message lists the known names
             recipe(n)
     if getattr(args, "backend", "numpy") == "torch":
+        if args.jobs != 1:
+            raise UsageError("--jobs is for the numpy backend (the torch backend trains one recipe at a time)")
         from .train_torch import run as run_torch
 
         return run_torch(args, names)
     if args.steps < 1:
         raise UsageError(f"--steps must be positive, got {args.steps}")
+    if args.jobs < 1:
+        raise UsageError(f"--jobs must be at least 1, got {args.jobs}")
     check_out_dir(args.out, force=args.force, writes=TRAIN_FILES)
-    summary = train(names, args.steps, args.seed, args.out, fidelity=args.fidelity, progress=progress_enabled(args))
+    summary = train(names, args.steps, args.seed, args.out, fidelity=args.fidelity, progress=progress_enabled(args),
+                    jobs=args.jobs)  # fmt: skip
     summary.pop("results", None)
     if args.json:
         emit_json(summary)
@@ -347,6 +352,13 @@ def _train_args(p):
         default="exact",
         help="GEMM accumulation: exact (default; bit-exact tensor-core model, fixed-order float64 sums "
         "elsewhere: the same numbers on every machine) or fast (float32 BLAS: machine-dependent)",
+    )
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="recipes trained at a time in worker processes (numpy backend; default 1: in this process). "
+        "The results are the same for any value",
     )
     p.add_argument("--quiet", action="store_true", help="no progress display")
     p.add_argument("--json", action="store_true", help="print summary.json to stdout")

@@ -29,9 +29,11 @@ import functools
 
 import numpy as np
 
-from ..formats import Format
+from ..formats import Format, NanStyle
 from ..rounding import RoundMode, decode, decode_table, round_mode
+from . import mma_decode as _d
 from . import mma_kernels as _k
+from . import mma_tiles as _t
 from .model import OUT_ROUNDINGS, OUTPUTS, AccumulatorModel
 
 __all__ = [
@@ -45,7 +47,10 @@ __all__ = [
 #: exponent of an element that has none (zero, inf, NaN) in :func:`decode_operand`
 NO_EXP = -(1 << 20)
 
-assert _k.ROUND_CODES == tuple(int(m) for m in (RoundMode.RNE, RoundMode.RTZ, RoundMode.RUP, RoundMode.RDN))
+assert _t.ROUND_CODES == tuple(int(m) for m in (RoundMode.RNE, RoundMode.RTZ, RoundMode.RUP, RoundMode.RDN))
+
+_outside = _d.outside
+_NO_TABLES = (np.zeros(1, np.float32), np.zeros(1, np.int16), np.zeros(1, np.uint8))  # for the bits path
 
 
 @functools.lru_cache(maxsize=64)
@@ -63,13 +68,9 @@ def _tables(fmt: Format, subnormal_exponent: str) -> tuple[np.ndarray, np.ndarra
     return vals, exps
 
 
-def decode_operand(codes: np.ndarray, fmt: Format, subnormal_exponent: str = "clamp") -> tuple[np.ndarray, np.ndarray]:
-    """(values float64, nominal exponents int64) of an operand's codes, elementwise.
-
-    ``codes`` hold one element each: uint8 for formats of up to 8 bits (FP6/FP4 in the low bits),
-    uint16 for bf16/fp16, uint32 for tf32 (its 19-bit code).  A code with bits above the format's
-    width raises ``ValueError``.  Zero, inf and NaN have the exponent :data:`NO_EXP`.
-    """
+def _checked(codes, fmt: Format) -> np.ndarray:
+    """``codes`` as an array of ``fmt``'s code dtype with every code below ``fmt.num_codes``
+    (``TypeError`` / ``ValueError`` naming the problem otherwise)."""
     codes = np.asarray(codes)
     want = fmt.code_dtype
     if codes.dtype != want:
@@ -79,6 +80,17 @@ def decode_operand(codes: np.ndarray, fmt: Format, subnormal_exponent: str = "cl
             f"codes of {fmt.name} ({fmt.bits} bits, held in the low bits of {want}) must be < {fmt.num_codes}, "
             f"got {int(codes.max())}"
         )
+    return codes
+
+
+def decode_operand(codes: np.ndarray, fmt: Format, subnormal_exponent: str = "clamp") -> tuple[np.ndarray, np.ndarray]:
+    """(values float64, nominal exponents int64) of an operand's codes, elementwise.
+
+    ``codes`` hold one element each: uint8 for formats of up to 8 bits (FP6/FP4 in the low bits),
+    uint16 for bf16/fp16, uint32 for tf32 (its 19-bit code).  A code with bits above the format's
+    width raises ``ValueError``.  Zero, inf and NaN have the exponent :data:`NO_EXP`.
+    """
+    codes = _checked(codes, fmt)
     if fmt.bits <= 16:
         vals, exps = _tables(fmt, subnormal_exponent)
         return vals[codes], exps[codes]
@@ -135,47 +147,82 @@ def general_kernel_ok(model: AccumulatorModel) -> str | None:
 
 def _narrow(fmt: Format) -> bool:
     """Whether products of two ``fmt`` values are exact in float32 (at most 12 significant bits
-    each); their range is checked per block (:func:`_specials`)."""
+    each); their range is checked per block (:func:`fp8sim.tensorcore.mma_decode.outside`)."""
     return fmt.bits <= 19 and fmt.mbits <= 11
 
 
-def _operand(codes, fmt: Format, subnormal_exponent: str):
-    """(values float32, nominal exponents int16 with NONE16) of an operand's codes."""
-    v, e = decode_operand(codes, fmt, subnormal_exponent)
-    e16 = np.where(e > NO_EXP // 2, e, _k.NONE16).astype(np.int16)
-    return np.ascontiguousarray(v.astype(np.float32)), np.ascontiguousarray(e16)
+def _float32_shift(fmt: Format) -> int:
+    """``32 - bits`` for a format laid out as the top of a float32 pattern (tf32, fp32), else -1."""
+    f32_like = fmt.ebits == 8 and fmt.mbits == fmt.bits - 9 and fmt.signed and fmt.inf and fmt.nan == NanStyle.IEEE
+    return 32 - fmt.bits if f32_like and fmt.bits <= 32 else -1
 
 
-def _outside(v: np.ndarray) -> np.ndarray:
-    """Elements that keep their block off the fast path: inf, NaN, and magnitudes outside
-    [2**-24, 2**16) (products of two in-range values lie in [2**-48, 2**32): float32's range)."""
-    a = np.abs(v)
-    return ~((a < 2.0**16) & ((a >= 2.0**-24) | (a == 0)))
+@functools.lru_cache(maxsize=64)
+def _kernel_tables(fmt: Format, subnormal_exponent: str):
+    """(value float32, nominal exponent int16 with NONE16, outside uint8) of every code."""
+    vals, exps = _tables(fmt, subnormal_exponent)
+    e16 = np.where(exps > NO_EXP // 2, exps, _t.NONE16).astype(np.int16)
+    return vals.astype(np.float32), e16, _outside(vals).astype(np.uint8)
 
 
-def _specials(av: np.ndarray, bv: np.ndarray, L: int, sa=None, sb=None, sblk: int = 0):
-    """(aspec (M, K // L), bspec (K // L, column tiles)): the blocks for the float64 path (an
-    element :func:`_outside` the fast path's range, or a NaN scale)."""
+def _decoded(codes, fmt: Format, subnormal_exponent: str, L: int, side: str):
+    """(values float32, nominal exponents int16, fast-path flags) of an operand's codes, in one
+    pass (:mod:`fp8sim.tensorcore.mma_decode`): A's flags per row and block of ``L``, B's per block
+    and column tile."""
+    codes = np.ascontiguousarray(_checked(codes, fmt))
+    R, C = codes.shape
+    v = np.empty((R, C), np.float32)
+    e = np.empty((R, C), np.int16)
+    shift = _float32_shift(fmt) if fmt.bits > 16 else -1
+    if fmt.bits <= 16 or shift >= 0:
+        vt, et, ot = _kernel_tables(fmt, subnormal_exponent) if shift < 0 else _NO_TABLES
+        args = (codes, vt, et, ot, shift, subnormal_exponent == "normalize", fmt.emin, L, v, e)
+        if side == "a":
+            spec = np.empty((R, C // L), np.bool_)
+            _d.decode_a(*args, spec)
+        else:
+            spec = np.empty((R // L, -(-C // _t.COLUMNS_PER_TASK)), np.bool_)
+            _d.decode_b(*args, spec)
+        return v, e, spec
+    vals, exps = decode_operand(codes, fmt, subnormal_exponent)  # a wider format not laid out as float32
+    v[:] = vals
+    e[:] = np.where(exps > NO_EXP // 2, exps, _t.NONE16)
+    bad = _outside(vals)
+    if side == "a":
+        return v, e, np.asarray(bad.reshape(R, C // L, L).any(axis=2))
+    return v, e, _column_tiles(np.asarray(bad.reshape(R // L, L, C).any(axis=1)))
+
+
+def _column_tiles(bad: np.ndarray) -> np.ndarray:
+    """(rows, N) flags -> (rows, column tiles): any flag in the tile's columns."""
+    nb, N = bad.shape
+    nt = -(-N // _t.COLUMNS_PER_TASK)
+    pad = np.zeros((nb, nt * _t.COLUMNS_PER_TASK), bool)
+    pad[:, :N] = bad
+    return np.ascontiguousarray(pad.reshape(nb, nt, _t.COLUMNS_PER_TASK).any(axis=2))
+
+
+def _specials(av: np.ndarray, bv: np.ndarray, L: int):
+    """(aspec (M, K // L), bspec (K // L, column tiles)) of decoded values: the blocks for the
+    float64 path (an element :func:`_outside` the fast path's range)."""
     M, K = av.shape
-    N = bv.shape[1]
     nb = K // L
     aspec = _outside(av).reshape(M, nb, L).any(axis=2)
-    badb = _outside(bv).reshape(nb, L, N).any(axis=1)  # (nb, N)
-    if sa is not None:
-        r = sblk // L
-        aspec |= np.repeat(np.isnan(sa), r, axis=1)
-        badb |= np.repeat(np.isnan(sb), r, axis=0)
-    nt = -(-N // _k.COLUMNS_PER_TASK)
-    pad = np.zeros((nb, nt * _k.COLUMNS_PER_TASK), bool)
-    pad[:, :N] = badb
-    return np.ascontiguousarray(aspec), np.ascontiguousarray(pad.reshape(nb, nt, _k.COLUMNS_PER_TASK).any(axis=2))
+    return np.ascontiguousarray(aspec), _column_tiles(np.asarray(_outside(bv).reshape(nb, L, bv.shape[1]).any(axis=1)))
+
+
+def _nan_scales(aspec, bspec, sa, sb, sblk: int, L: int) -> None:
+    """Send the blocks under a NaN scale to the float64 path (in place)."""
+    r = sblk // L
+    aspec |= np.repeat(np.isnan(sa), r, axis=1)
+    bspec |= np.repeat(_column_tiles(np.isnan(sb)), r, axis=0)
 
 
 def _params(model: AccumulatorModel):
     p = model.out_frac_bits
     _, emin, emax = OUTPUTS[model.output]
     mode = int(round_mode(model.out_rounding, OUT_ROUNDINGS))
-    zexp = _k.NONE32 if model.zero_exponent is None else model.zero_exponent
+    zexp = _t.NONE32 if model.zero_exponent is None else model.zero_exponent
     return p, mode, emin, emax, model.overflow == "inf", zexp
 
 
@@ -214,25 +261,19 @@ def run_general(
     sga = np.ascontiguousarray(sam, dtype=np.float64)
     sgb = np.ascontiguousarray(sbm, dtype=np.float64)
     if model.kind == "interleaved":
-        av, ae = _operand(a, fa, sub)
-        bv, be = _operand(b, fb, sub)
-        aspec, bspec = _specials(av, bv, L)
+        av, ae, aspec = _decoded(a, fa, sub, L, "a")
+        bv, be, bspec = _decoded(b, fb, sub, L, "b")
         if not (_narrow(fa) and _narrow(fb)):
             aspec[:] = True
         _k.interleaved_kernel(av, ae, bv, be, aspec, bspec, c, L, F, model.sum_frac_bits, promote, out)
         return out
     if model.group > 1:
-        if fa.name == fb.name == "e2m1" and fa.bits == 4:  # values times 2 are integers: exact int16 sums
-            av = np.ascontiguousarray(decode_operand(a, fa, sub)[0] * 2).astype(np.int16)
-            bv = np.ascontiguousarray(decode_operand(b, fb, sub)[0] * 2).astype(np.int16)
-            unit = 0.25
-        else:
-            av = np.ascontiguousarray(decode_operand(a, fa, sub)[0])
-            bv = np.ascontiguousarray(decode_operand(b, fb, sub)[0])
-            unit = 1.0
-        bnz = np.ascontiguousarray(bv != 0).astype(np.int16)
-        _k.grouped_kernel(av, bv, bnz, unit, xa, sga, xb, sgb, int(sblk), c, L, model.group, F, p, mode, emin, emax,
-                          ovf_inf, zexp, promote, out)  # fmt: skip
+        e2m1 = fa.name == fb.name == "e2m1" and fa.bits == 4  # values times 2 are integers: exact int16 sums
+        av = _group_values(a, fa, sub, e2m1)
+        bv = _group_values(b, fb, sub, e2m1)
+        bnz = _group_values(b, fb, sub, e2m1, nonzero=True)
+        _k.grouped_kernel(av, bv, bnz, 0.25 if e2m1 else 1.0, xa, sga, xb, sgb, int(sblk), c, L, model.group, F, p,
+                          mode, emin, emax, ovf_inf, zexp, promote, out)  # fmt: skip
         return out
     rd = int(model.align_rounding == "rd")
     all_f64 = not (_narrow(fa) and _narrow(fb)) or F > 27
@@ -249,14 +290,33 @@ def run_general(
             return out
         all_f64 = True
     sgu = bool((sga == 1).all() and (sgb == 1).all())
-    av, ae = _operand(a, fa, sub)
-    bv, be = _operand(b, fb, sub)
-    if scales is None:
-        aspec, bspec = _specials(av, bv, L)
-    else:
-        aspec, bspec = _specials(av, bv, L, sga, sgb, int(sblk))
+    av, ae, aspec = _decoded(a, fa, sub, L, "a")
+    bv, be, bspec = _decoded(b, fb, sub, L, "b")
+    if scales is not None:
+        _nan_scales(aspec, bspec, sga, sgb, int(sblk), L)
     _k.fused_kernel(av, ae, bv, be, xa, xb, sga, sgb, sgu, int(sblk), aspec, bspec, c, L, F, rd, all_f64, p, mode, emin,
                     emax, ovf_inf, zexp, promote, out)  # fmt: skip
+    return out
+
+
+@functools.lru_cache(maxsize=64)
+def _group_table(fmt: Format, subnormal_exponent: str, e2m1: bool, nonzero: bool) -> np.ndarray:
+    vals, _ = _tables(fmt, subnormal_exponent)
+    if nonzero:
+        return (vals != 0).astype(np.int16)
+    return (vals * 2).astype(np.int16) if e2m1 else vals
+
+
+def _group_values(codes, fmt: Format, sub: str, e2m1: bool, nonzero: bool = False) -> np.ndarray:
+    """The grouped kernel's operand: values times 2 as int16 (e2m1 pairs) or float64 values; with
+    ``nonzero`` the int16 flag of a nonzero element."""
+    codes = np.ascontiguousarray(_checked(codes, fmt))
+    if fmt.bits > 16:
+        v = decode_operand(codes, fmt, sub)[0]
+        return np.ascontiguousarray((v != 0).astype(np.int16) if nonzero else v)
+    table = _group_table(fmt, sub, e2m1, nonzero)
+    out = np.empty(codes.shape, table.dtype)
+    _d.gather(codes, table, out)
     return out
 
 
@@ -272,5 +332,5 @@ def _folded(codes, fmt: Format, sub: str, sig, sexp, block: int, axis: int):
     s = np.repeat(sig, block, axis=axis)
     x = np.repeat(sexp, block, axis=axis)
     fv = v * s * np.ldexp(1.0, x)
-    fe = np.where((e > NO_EXP // 2) & np.isfinite(s), e + x, _k.NONE16).astype(np.int16)
+    fe = np.where((e > NO_EXP // 2) & np.isfinite(s), e + x, _t.NONE16).astype(np.int16)
     return np.ascontiguousarray(fv), np.ascontiguousarray(fe)
