@@ -147,7 +147,7 @@ def _fmt(name) -> str:
 
 
 # ------------------------------------------------------------------ wgmma
-def _wgmma_raw(a, bt, c, fa, fb, acc, lbo, sbo):
+def _wgmma_raw(a, bt, c, name, acc, lbo, sbo):
     T = a.shape[0]
     da = cp.asarray(np.ascontiguousarray(a))
     db = cp.asarray(np.ascontiguousarray(bt))
@@ -157,7 +157,7 @@ def _wgmma_raw(a, bt, c, fa, fb, acc, lbo, sbo):
     else:
         dc = cp.asarray(np.ascontiguousarray(np.asarray(c, np.float16).view(np.uint16)))
         dd = cp.empty_like(dc)
-    fn(f"wgmma_{acc}_{fa}_{fb}")((T,), (128,), (da, db, dc, dd, np.int32(lbo), np.int32(sbo)))
+    fn(name)((T,), (128,), (da, db, dc, dd, np.int32(lbo), np.int32(sbo)))
     out = cp.asnumpy(dd)
     if acc == "f16":
         out = out.view(np.float16).astype(np.float32)
@@ -182,7 +182,7 @@ def descriptor_fields() -> tuple[int, int]:
     c = np.zeros((1, 64, 8), np.float32)
     ref = (av.astype(np.float64) @ bv.astype(np.float64)).astype(np.float32)
     for lbo, sbo in ((128, 256), (256, 128)):
-        d = _wgmma_raw(a, np.swapaxes(b, -1, -2), c, "e4m3", "e4m3", "f32", lbo, sbo)
+        d = _wgmma_raw(a, np.swapaxes(b, -1, -2), c, "wgmma_f32_e4m3_e4m3", "f32", lbo, sbo)
         if np.array_equal(d, ref):
             _desc = (lbo, sbo)
             return _desc
@@ -199,7 +199,35 @@ def wgmma(a, b, c, a_format="e4m3", b_format="e4m3", acc: str = "f32") -> np.nda
         a, b, c = a[None], b[None], np.asarray(c)[None]
     assert a.shape[1:] == (64, 32) and b.shape[1:] == (32, 8), (a.shape, b.shape)
     lbo, sbo = descriptor_fields()
-    return _wgmma_raw(a, np.swapaxes(b, -1, -2), c, _fmt(a_format), _fmt(b_format), acc, lbo, sbo)
+    name = f"wgmma_{acc}_{_fmt(a_format)}_{_fmt(b_format)}"
+    return _wgmma_raw(a, np.swapaxes(b, -1, -2), c, name, acc, lbo, sbo)
+
+
+#: the 16-bit and tf32 wgmma forms: format -> (kernel suffix, K, code dtype)
+WIDE = {"bf16": ("bf16", 16, np.uint16), "fp16": ("f16", 16, np.uint16), "tf32": ("tf32", 8, np.uint32)}
+
+
+def wgmma_wide(a, b, c, fmt: str, acc: str = "f32") -> np.ndarray:
+    """Batched single wgmma m64n8k16 (bf16, fp16) or m64n8k8 (tf32): a (T, 64, K) and b (T, K, 8)
+    codes as fp8sim holds them (uint16; tf32: its 19-bit code in uint32), c (T, 64, 8).
+
+    ``acc="f16"`` (fp16 operands only) uses the f16-accumulator form (C rounded to fp16 first).
+    Returns D as float32 (T, 64, 8)."""
+    if fmt not in WIDE or (acc == "f16" and fmt != "fp16") or acc not in ("f32", "f16"):
+        raise ValueError(f"no wgmma form for {fmt!r} with a {acc!r} accumulator")
+    suffix, K, dt = WIDE[fmt]
+    a = np.asarray(a, dt)
+    b = np.asarray(b, dt)
+    if a.ndim == 2:
+        a, b, c = a[None], b[None], np.asarray(c)[None]
+    assert a.shape[1:] == (64, K) and b.shape[1:] == (K, 8), (a.shape, b.shape)
+    if fmt == "tf32":  # the fp32 bit pattern: the code in the top 19 bits
+        a, b = a << np.uint32(13), b << np.uint32(13)
+    T = a.shape[0]
+    ab = np.ascontiguousarray(a).view(np.uint8).reshape(T, 64, 32)
+    bb = np.ascontiguousarray(np.swapaxes(b, -1, -2)).view(np.uint8).reshape(T, 8, 32)
+    lbo, sbo = descriptor_fields()
+    return _wgmma_raw(ab, bb, c, f"wgmma_{acc}_{suffix}", acc, lbo, sbo)
 
 
 def wgmma_chain(a, b, c=None, a_format="e4m3", b_format="e4m3", promote_every=None) -> np.ndarray:
@@ -247,6 +275,34 @@ def mma_sync(a, b, c, a_format="e4m3", b_format="e4m3") -> np.ndarray:
         ((T + wpb - 1) // wpb,), (32 * wpb,), (da, db, dc, dd, np.int32(T))
     )
     return cp.asnumpy(dd)
+
+
+def mma_sync_wide(a, b, c, fmt: str, acc: str = "f32") -> np.ndarray:
+    """Batched single mma.sync m16n8k16 (bf16, fp16) or m16n8k8 (tf32): a (T, 16, K), b (T, K, 8)
+    codes as :func:`wgmma_wide` takes them, c (T, 16, 8); ``acc="f16"`` for fp16 with an f16
+    accumulator.  Returns D as float32 (T, 16, 8)."""
+    if fmt not in WIDE or (acc == "f16" and fmt != "fp16") or acc not in ("f32", "f16"):
+        raise ValueError(f"no mma.sync form for {fmt!r} with a {acc!r} accumulator")
+    suffix, K, dt = WIDE[fmt]
+    a = np.asarray(a, dt)
+    b = np.asarray(b, dt)
+    if a.ndim == 2:
+        a, b, c = a[None], b[None], np.asarray(c)[None]
+    assert a.shape[1:] == (16, K) and b.shape[1:] == (K, 8), (a.shape, b.shape)
+    if fmt == "tf32":
+        a, b = a << np.uint32(13), b << np.uint32(13)
+    T = a.shape[0]
+    da = cp.asarray(np.ascontiguousarray(a).view(np.uint8).reshape(T, 16, 32))
+    db = cp.asarray(np.ascontiguousarray(np.swapaxes(b, -1, -2)).view(np.uint8).reshape(T, 8, 32))
+    if acc == "f32":
+        dc = cp.asarray(np.ascontiguousarray(c, np.float32))
+    else:
+        dc = cp.asarray(np.ascontiguousarray(np.asarray(c, np.float16).view(np.uint16)))
+    dd = cp.empty_like(dc)
+    wpb = 4
+    fn(f"mma_{acc}_{suffix}")(((T + wpb - 1) // wpb,), (32 * wpb,), (da, db, dc, dd, np.int32(T)))
+    out = cp.asnumpy(dd)
+    return out.view(np.float16).astype(np.float32) if acc == "f16" else out
 
 
 # ------------------------------------------------------------- dispatcher

@@ -35,6 +35,7 @@ for ins in wgmma mma.sync wgmma.f16; do
      --save "$OUT/probes_$ins.npz" --json "$OUT/fit_$ins.json" > "$OUT/characterize_$ins.log" 2>&1
 done
 timeout 300 python3 -m gpu.capture --out "$OUT/captures" > "$OUT/capture.log" 2>&1
+timeout 200 python3 -m gpu.capture_wide --out "$OUT/captures_wide" > "$OUT/capture_wide.log" 2>&1
 timeout 200 python3 -m gpu.cvt_sweep --out "$OUT/cvt_sm90.npz" > "$OUT/cvt.log" 2>&1
 timeout 200 python3 -m gpu.verify "$OUT"/captures/*.npz > "$OUT/verify.log" 2>&1
 date -u >> "$OUT/env.log"

@@ -344,10 +344,9 @@ def _id(case):
     return f"{row.arch}-{row.key}-{fa}x{fb}-k{K}" + ("" if scale is None else f"-{scale[0]}/{scale[1]}")
 
 
-#: rows whose reference differs from fp8sim on purpose (docs/accelerators.md): the H200 BF16 wgmma
-#: saturates an RZ overflow at FLT_MAX and lets zeros set no exponent; MMA-Sim's CDNA3 MFMA drops a
-#: non-finite accumulator when the products' largest exponent is at least 25
-DIFFERENT = {("sm90", "wgmma.bf16"), ("cdna3", "mfma")}
+#: rows whose reference differs from fp8sim on purpose (docs/accelerators.md): MMA-Sim's CDNA3 MFMA
+#: drops a non-finite accumulator when the products' largest exponent is at least 25
+DIFFERENT = {("cdna3", "mfma")}
 
 
 def compare(case, M, N, seed, finite_c=False):
@@ -464,26 +463,6 @@ def _exp_table(name):
 
     f = fmt_of(name)
     return decode_operand(np.arange(f.num_codes, dtype=f.code_dtype), f)
-
-
-@pytest.mark.parametrize("outputs", SIZES)
-def test_sm90_bf16_difference_is_only_overflow_and_zero_exponent(outputs):
-    # MMA-Sim's Hopper BF16 wgmma vs the H200 preset: equal unless a result overflows (MMA-Sim: inf,
-    # the preset: FLT_MAX) or C = 0 and every product lies below 2^-133 (MMA-Sim's e_zero)
-    _mmasim()
-    row = next(r for r in archs.ROWS if (r.arch, r.key) == ("sm90", "wgmma.bf16"))
-    M, N = _tile(outputs, 1)
-    rng = np.random.default_rng(9)
-    a, b, c, *_ = random_case(rng, row, "bf16", "bf16", 16, None, M, N)
-    d = tc.mma(a, b, c, a_format="bf16", b_format="bf16", instruction="wgmma", arch="sm90")
-    ref = reference(row, "bf16", "bf16", a, b, c)
-    diff = bits(d) != ref
-    ovf = np.abs(d) == np.float32(np.finfo(np.float32).max)
-    _, e = _exp_table("bf16")
-    emax = (e[a][:, :, None] + e[b][None]).max(axis=1)
-    tiny = (c == 0) & (emax < -133)
-    assert d.size >= outputs and diff.any() and (diff <= (ovf | tiny)).all()
-    assert (ref[diff & ovf].view(np.float32) == np.float32(np.inf) * np.sign(d[diff & ovf])).all()
 
 
 # ------------------------------------------------------------------ sm90: MMA-Sim's Hopper models vs the H200

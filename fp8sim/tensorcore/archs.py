@@ -88,7 +88,7 @@ def _rows() -> tuple[Row, ...]:
     # sm89 (Ada)
     for out, key in (("f32", "mma.sync"), ("f16", "mma.sync.f16")):
         add(Row("sm89", "mma.sync", "f8", _FP8, out, (32, 16), "m16n8k32, m16n8k16", key))
-    # sm90 (Hopper): the H200-validated FP8 presets, the BF16 wgmma and MMA-Sim's other paths
+    # sm90 (Hopper): the H200-validated FP8 presets and bf16/fp16/tf32 wgmma and mma.sync
     add(Row("sm90", "wgmma", "f8", _FP8, "f32", (32,), "m64nNk32", "wgmma"))
     add(Row("sm90", "wgmma", "f8", _FP8, "f16", (32,), "m64nNk32", "wgmma.f16"))
     add(Row("sm90", "mma.sync", "f8", _FP8, "f32", (32,), "m16n8k32", "mma.sync"))
@@ -103,19 +103,19 @@ def _rows() -> tuple[Row, ...]:
             (16,),
             "m64nNk16",
             "wgmma.kind::f16",
-            model_override=_r.MODEL_KIND_F16,
+            model_override=_r.MODEL_SM90_KIND_F16,
         )
     )
     add(Row("sm90", "wgmma", "f16", ("fp16",), "f16", (16,), "m64nNk16", "wgmma.kind::f16.f16",
-            model_override=_r.MODEL_KIND_F16_F16))  # fmt: skip
+            model_override=_r.MODEL_SM90_KIND_F16_F16))  # fmt: skip
     add(Row("sm90", "wgmma", "tf32", ("tf32",), "f32", (8,), "m64nNk8", "wgmma.kind::tf32",
-            model_override=_r.MODEL_KIND_TF32))  # fmt: skip
+            model_override=_r.MODEL_SM90_KIND_TF32))  # fmt: skip
     add(Row("sm90", "mma.sync", "f16", _F16, "f32", (16,), "m16n8k16", "mma.sync.kind::f16", same_format=True,
-            model_override=_r.MODEL_KIND_F16))  # fmt: skip
+            model_override=_r.MODEL_SM90_KIND_F16))  # fmt: skip
     add(Row("sm90", "mma.sync", "f16", ("fp16",), "f16", (16,), "m16n8k16", "mma.sync.kind::f16.f16",
-            model_override=_r.MODEL_KIND_F16_F16))  # fmt: skip
+            model_override=_r.MODEL_SM90_KIND_F16_F16))  # fmt: skip
     add(Row("sm90", "mma.sync", "tf32", ("tf32",), "f32", (8,), "m16n8k8", "mma.sync.kind::tf32",
-            model_override=_r.MODEL_KIND_TF32))  # fmt: skip
+            model_override=_r.MODEL_SM90_KIND_TF32))  # fmt: skip
     # sm100 (B200)
     tc = "m64/m128 x n8..256"
     for out, sfx in (("f32", ""), ("f16", ".f16")):

@@ -22,7 +22,6 @@ __all__ = ["decode_a", "decode_b", "gather", "outside"]
 
 _LO = 2.0**-24  # the fast path's range of element magnitudes: [2**-24, 2**16) and zero
 _HI = 2.0**16
-_NONE_TABLE = np.zeros(1, np.float32), np.zeros(1, np.int16), np.zeros(1, np.uint8)
 
 
 def outside(v: np.ndarray) -> np.ndarray:

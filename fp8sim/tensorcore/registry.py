@@ -19,6 +19,8 @@ Adding an instruction (Ada ``sm89``, Blackwell ``sm100``, AMD CDNA3 ``gfx942``, 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from .._names import unknown_name_error
 from .model import AccumulatorModel
 from .wide import MODEL_WGMMA_BF16
@@ -273,6 +275,32 @@ MODEL_KIND_TF32 = _mmasim(
     F=25,
     instr_k=8,
     description="tf32 inputs (k8) as modelled by MMA-Sim: C and 8 products in one fused sum, 25 bits, RZ to fp32",
+)
+#: the same three datapaths on Hopper (wgmma and mma.sync), checked on the H200: single
+#: m64n8k16 / m64n8k8 wgmma and m16n8k16 / m16n8k8 mma.sync instructions on five families of tiles
+#: (tests/data/wide_sm90, gpu/capture_wide.py) give every output's bits, so these copies carry the
+#: H200 label (the sm100 rows keep MMA-Sim's)
+_H200_WIDE = "MMA-Sim's model, validated on H200 (wgmma and mma.sync, tests/data/wide_sm90)"
+MODEL_SM90_KIND_F16 = replace(
+    MODEL_KIND_F16,
+    name="sm90 kind::f16 f32",
+    validated=True,
+    description="wgmma m64nNk16 / mma.sync m16n8k16 .f32 with bf16 or fp16 inputs on sm_90a: C and 16 products in "
+    "one fused sum, 25 bits, truncation, RZ to fp32 (an overflow is inf); " + _H200_WIDE,
+)
+MODEL_SM90_KIND_F16_F16 = replace(
+    MODEL_KIND_F16_F16,
+    name="sm90 kind::f16 f16",
+    validated=True,
+    description="wgmma m64nNk16 / mma.sync m16n8k16 .f16.f16.f16 on sm_90a: C and 16 products, 25 bits, RNE to "
+    "fp16; " + _H200_WIDE,
+)
+MODEL_SM90_KIND_TF32 = replace(
+    MODEL_KIND_TF32,
+    name="sm90 kind::tf32",
+    validated=True,
+    description="wgmma m64nNk8 / mma.sync m16n8k8 .f32.tf32.tf32 on sm_90a: C and 8 products in one fused sum, 25 "
+    "bits, truncation, RZ to fp32 (an overflow is inf); " + _H200_WIDE,
 )
 #: AMD CDNA3 (MI300) FP8 MFMA: two interleaved 24-bit sums, truncation toward -inf, RNE to fp32
 MODEL_CDNA3_MFMA = AccumulatorModel(

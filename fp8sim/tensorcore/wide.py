@@ -19,7 +19,13 @@ Inf and NaN inputs take an IEEE float64 path; a NaN result is written as ``model
 A zero result is +0 (the chain starts from +0, so ``zero_sign`` changes nothing).
 
 :data:`MODEL_WGMMA_BF16` is the model fitted to torch's BF16 GEMMs on an H200 (cuBLASLt 13.1,
-tests/test_bf16_baseline.py).
+tests/test_bf16_baseline.py) and checked on single ``wgmma`` instructions there (overflow, tiny
+products, the whole code space: tests/test_wide_h200.py): its alignment exponent is at least -133
+(MMA-Sim's e_zero) and an overflowing RZ result is inf.
+
+Models that :mod:`fp8sim.tensorcore.scaled_mma`'s kernels compute (every preset) run there (the same
+bits, and about 15x faster than this module's kernel); this module's kernel computes the research
+variants those kernels do not take (``c_mode="separate"``, ``product_exponent="normalized"``).
 """
 
 from __future__ import annotations
@@ -30,9 +36,11 @@ import math
 import numpy as np
 from numba import njit, prange
 
+from ..formats import format as get_format
 from ..rounding import RoundMode
 from .bitexact import round_out
 from .model import FUSED, AccumulatorModel, model_params
+from .scaled_mma import general_kernel_ok, run_general
 
 __all__ = ["bf16_matmul", "bf16_tables", "K_BF16", "MODEL_WGMMA_BF16"]
 
@@ -297,6 +305,18 @@ def bf16_matmul(a_bits, b_bits, model: AccumulatorModel, *, b_transposed: bool =
         b = np.pad(b, ((0, 0), (0, Kp - K)))
     a = np.ascontiguousarray(a)
     b = np.ascontiguousarray(b)
+    if general_kernel_ok(model) is None:  # the general kernels: (M, K) @ (K, N) from a zero accumulator
+        bf16 = get_format("bf16")
+        with np.errstate(all="ignore"):
+            d = run_general(a, np.ascontiguousarray(b.T), np.zeros((a.shape[0], b.shape[0])), bf16, bf16, model)
+        d = d.astype(np.float32)
+        d.view(np.uint32)[np.isnan(d)] = np.uint32(model.nan_bits)
+        return d
+    if model.zero_exponent is not None or model.overflow != "ieee" or model.group != 1:
+        raise ValueError(
+            f"bf16_matmul: model {model.name!r} needs the general kernels (zero_exponent, overflow='inf' or "
+            f"group > 1), which do not take it: {general_kernel_ok(model)}"
+        )
     P = model_params(model)
     assert P.kind == FUSED
     sig, exp, ng, sp = bf16_tables(model.subnormal_exponent == "normalize")
@@ -327,7 +347,10 @@ MODEL_WGMMA_BF16 = AccumulatorModel(
     out_frac_bits=23,
     out_rounding="rz",
     output="f32",
+    zero_exponent=-133,
+    overflow="inf",
     validated=True,
     description="wgmma.mma_async m64nNk16 .f32 with bf16 inputs on sm_90a: C and 16 products in one fused sum, "
-    "25 fraction bits, truncation; validated on H200 (cuBLASLt bf16 captures)",
+    "25 fraction bits, truncation, RZ to fp32, alignment exponent at least -133, an overflow is inf; validated "
+    "on H200 (cuBLASLt bf16 GEMM captures and single-instruction captures, tests/data/wide_sm90)",
 )

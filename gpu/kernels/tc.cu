@@ -50,11 +50,34 @@ __device__ __forceinline__ void load_tile(uint8_t* s, const uint8_t* g, int rows
                  : "+r"(h0), "+r"(h1)                                                  \
                  : "l"(da), "l"(db), "r"(scale_d))
 
+// The same instruction for 16-bit and tf32 operands: a row of 32 bytes is K = 16 (bf16, fp16) or
+// K = 8 (tf32) elements, so the tiles, their layout and the descriptors are those of FP8's K = 32.
+// bf16/f16 take the transpose immediates (0: K-major); tf32 has none.
+#define WGMMA_F32_K16(T)                                                               \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"                           \
+                 "wgmma.mma_async.sync.aligned.m64n8k16.f32." #T "." #T                 \
+                 " {%0,%1,%2,%3}, %4, %5, p, 1, 1, 0, 0;\n}\n"                         \
+                 : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)                              \
+                 : "l"(da), "l"(db), "r"(scale_d))
+#define WGMMA_F32_TF32()                                                               \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"                           \
+                 "wgmma.mma_async.sync.aligned.m64n8k8.f32.tf32.tf32"                  \
+                 " {%0,%1,%2,%3}, %4, %5, p, 1, 1;\n}\n"                               \
+                 : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)                              \
+                 : "l"(da), "l"(db), "r"(scale_d))
+#define WGMMA_F16_K16()                                                                \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %4, 0;\n"                           \
+                 "wgmma.mma_async.sync.aligned.m64n8k16.f16.f16.f16"                   \
+                 " {%0,%1}, %2, %3, p, 1, 1, 0, 0;\n}\n"                               \
+                 : "+r"(h0), "+r"(h1)                                                  \
+                 : "l"(da), "l"(db), "r"(scale_d))
+
 // ------------------------------------------------ wgmma m64n8k32, f32 accumulate
-// One instance per CTA: A (64x32), Bt (8x32), C/D (64x8).
-#define DEF_WGMMA_F32(AT, BT)                                                          \
+// One instance per CTA: A (64x32 bytes), Bt (8x32 bytes), C/D (64x8).
+#define DEF_WGMMA_F32(AT, BT) DEF_WGMMA_F32_AS(wgmma_f32_##AT##_##BT, WGMMA_F32(AT, BT))
+#define DEF_WGMMA_F32_AS(NAME, MMA)                                                    \
 extern "C" __global__ void __launch_bounds__(128)                                      \
-wgmma_f32_##AT##_##BT(const uint8_t* __restrict__ A, const uint8_t* __restrict__ Bt,  \
+NAME(const uint8_t* __restrict__ A, const uint8_t* __restrict__ Bt,                    \
                       const float* __restrict__ C, float* __restrict__ D,              \
                       int lbo, int sbo) {                                              \
     __shared__ __align__(256) uint8_t sA[64 * 32];                                     \
@@ -72,7 +95,7 @@ wgmma_f32_##AT##_##BT(const uint8_t* __restrict__ A, const uint8_t* __restrict__
     uint64_t da = make_desc(sA, lbo, sbo), db = make_desc(sB, lbo, sbo);               \
     int scale_d = 1;                                                                   \
     wg_fence();                                                                        \
-    WGMMA_F32(AT, BT);                                                                 \
+    MMA;                                                                               \
     wg_commit_wait();                                                                  \
     float* Di = D + inst * 64 * 8;                                                     \
     Di[r0 * 8 + cc] = d0; Di[r0 * 8 + cc + 1] = d1;                                    \
@@ -81,9 +104,10 @@ wgmma_f32_##AT##_##BT(const uint8_t* __restrict__ A, const uint8_t* __restrict__
 
 // ------------------------------------------------ wgmma m64n8k32, f16 accumulate
 // C/D are float16 bit patterns (uint16) row-major (64x8).
-#define DEF_WGMMA_F16(AT, BT)                                                          \
+#define DEF_WGMMA_F16(AT, BT) DEF_WGMMA_F16_AS(wgmma_f16_##AT##_##BT, WGMMA_F16(AT, BT))
+#define DEF_WGMMA_F16_AS(NAME, MMA)                                                    \
 extern "C" __global__ void __launch_bounds__(128)                                      \
-wgmma_f16_##AT##_##BT(const uint8_t* __restrict__ A, const uint8_t* __restrict__ Bt,  \
+NAME(const uint8_t* __restrict__ A, const uint8_t* __restrict__ Bt,                    \
                       const uint16_t* __restrict__ C, uint16_t* __restrict__ D,        \
                       int lbo, int sbo) {                                              \
     __shared__ __align__(256) uint8_t sA[64 * 32];                                     \
@@ -101,7 +125,7 @@ wgmma_f16_##AT##_##BT(const uint8_t* __restrict__ A, const uint8_t* __restrict__
     uint64_t da = make_desc(sA, lbo, sbo), db = make_desc(sB, lbo, sbo);               \
     int scale_d = 1;                                                                   \
     wg_fence();                                                                        \
-    WGMMA_F16(AT, BT);                                                                 \
+    MMA;                                                                               \
     wg_commit_wait();                                                                  \
     uint16_t* Di = D + inst * 64 * 8;                                                  \
     Di[r0 * 8 + cc] = (uint16_t)(h0 & 0xFFFF); Di[r0 * 8 + cc + 1] = (uint16_t)(h0 >> 16); \
@@ -160,9 +184,12 @@ wgmma_chain_##AT##_##BT(const uint8_t* __restrict__ A, const uint8_t* __restrict
 }
 
 // ------------------------------------------- mma.sync m16n8k32 (f32 accumulate)
-// One instance per warp: A (16x32), Bt (8x32), C/D (16x8).  blockDim = 32*wpb.
-#define DEF_MMA(AT, BT)                                                                \
-extern "C" __global__ void mma_f32_##AT##_##BT(const uint8_t* __restrict__ A,         \
+// One instance per warp: A (16x32 bytes), Bt (8x32 bytes), C/D (16x8).  blockDim = 32*wpb.
+// The bf16/fp16 m16n8k16 and tf32 m16n8k8 forms hold the same bytes in the same registers (a
+// register is 4 FP8, 2 bf16/fp16 or 1 tf32 element along K), so only the instruction changes.
+#define DEF_MMA(AT, BT) DEF_MMA_AS(mma_f32_##AT##_##BT, "m16n8k32.row.col.f32." #AT "." #BT ".f32")
+#define DEF_MMA_AS(NAME, SHAPE_TYPES)                                                  \
+extern "C" __global__ void NAME(const uint8_t* __restrict__ A,                         \
         const uint8_t* __restrict__ Bt, const float* __restrict__ C,                  \
         float* __restrict__ D, int n_inst) {                                           \
     const int inst = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);              \
@@ -179,7 +206,7 @@ extern "C" __global__ void mma_f32_##AT##_##BT(const uint8_t* __restrict__ A,   
     uint32_t b1 = *(const uint32_t*)(Bi + g * 32 + 16 + 4 * t);                        \
     float d0 = Ci[g * 8 + 2 * t], d1 = Ci[g * 8 + 2 * t + 1];                          \
     float d2 = Ci[(g + 8) * 8 + 2 * t], d3 = Ci[(g + 8) * 8 + 2 * t + 1];              \
-    asm volatile("mma.sync.aligned.m16n8k32.row.col.f32." #AT "." #BT ".f32 "          \
+    asm volatile("mma.sync.aligned." SHAPE_TYPES " "                                   \
                  "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"             \
                  : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)                              \
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));              \
@@ -193,6 +220,41 @@ DEF_ALL(e4m3, e4m3)
 DEF_ALL(e4m3, e5m2)
 DEF_ALL(e5m2, e4m3)
 DEF_ALL(e5m2, e5m2)
+
+// bf16 / fp16 (K = 16) and tf32 (K = 8) wgmma and mma.sync: A, Bt and C/D as for the FP8 forms above (the
+// operands' codes as bytes, little-endian; tf32 as the fp32 bit pattern with the low 13 bits 0)
+DEF_WGMMA_F32_AS(wgmma_f32_bf16, WGMMA_F32_K16(bf16))
+DEF_WGMMA_F32_AS(wgmma_f32_f16, WGMMA_F32_K16(f16))
+DEF_WGMMA_F32_AS(wgmma_f32_tf32, WGMMA_F32_TF32())
+DEF_WGMMA_F16_AS(wgmma_f16_f16, WGMMA_F16_K16())
+DEF_MMA_AS(mma_f32_bf16, "m16n8k16.row.col.f32.bf16.bf16.f32")
+DEF_MMA_AS(mma_f32_f16, "m16n8k16.row.col.f32.f16.f16.f32")
+DEF_MMA_AS(mma_f32_tf32, "m16n8k8.row.col.f32.tf32.tf32.f32")
+
+// mma.sync m16n8k16 with an f16 accumulator: C/D as fp16 bit patterns (uint16), (16x8)
+extern "C" __global__ void mma_f16_f16(const uint8_t* __restrict__ A, const uint8_t* __restrict__ Bt,
+                                       const uint16_t* __restrict__ C, uint16_t* __restrict__ D, int n_inst) {
+    const int inst = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (inst >= n_inst) return;
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const uint8_t* Ai = A + (size_t)inst * 16 * 32;
+    const uint8_t* Bi = Bt + (size_t)inst * 8 * 32;
+    const uint16_t* Ci = C + (size_t)inst * 16 * 8;
+    uint32_t a0 = *(const uint32_t*)(Ai + g * 32 + 4 * t);
+    uint32_t a1 = *(const uint32_t*)(Ai + (g + 8) * 32 + 4 * t);
+    uint32_t a2 = *(const uint32_t*)(Ai + g * 32 + 16 + 4 * t);
+    uint32_t a3 = *(const uint32_t*)(Ai + (g + 8) * 32 + 16 + 4 * t);
+    uint32_t b0 = *(const uint32_t*)(Bi + g * 32 + 4 * t);
+    uint32_t b1 = *(const uint32_t*)(Bi + g * 32 + 16 + 4 * t);
+    uint32_t h0 = (uint32_t)Ci[g * 8 + 2 * t] | ((uint32_t)Ci[g * 8 + 2 * t + 1] << 16);
+    uint32_t h1 = (uint32_t)Ci[(g + 8) * 8 + 2 * t] | ((uint32_t)Ci[(g + 8) * 8 + 2 * t + 1] << 16);
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f16.f16.f16.f16 {%0,%1}, {%2,%3,%4,%5}, {%6,%7}, {%0,%1};\n"
+                 : "+r"(h0), "+r"(h1)
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    uint16_t* Di = D + (size_t)inst * 16 * 8;
+    Di[g * 8 + 2 * t] = (uint16_t)(h0 & 0xFFFF); Di[g * 8 + 2 * t + 1] = (uint16_t)(h0 >> 16);
+    Di[(g + 8) * 8 + 2 * t] = (uint16_t)(h1 & 0xFFFF); Di[(g + 8) * 8 + 2 * t + 1] = (uint16_t)(h1 >> 16);
+}
 
 // ------------------------------------------------------------- FP8 conversions
 // Input float32 bit patterns start + 2*i and start + 2*i + 1 are converted by one
