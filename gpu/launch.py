@@ -207,25 +207,32 @@ def wgmma(a, b, c, a_format="e4m3", b_format="e4m3", acc: str = "f32") -> np.nda
 WIDE = {"bf16": ("bf16", 16, np.uint16), "fp16": ("f16", 16, np.uint16), "tf32": ("tf32", 8, np.uint32)}
 
 
+def _wide_bytes(a, b, c, fmt: str, acc: str, rows: int, what: str):
+    """(A bytes (T, rows, 32), B^T bytes (T, 8, 32), C (T, rows, 8), kernel suffix) of bf16/fp16/tf32
+    codes (a (T, rows, K), b (T, K, 8); 2-D for one tile): a row of 32 bytes is K elements."""
+    if fmt not in WIDE or (acc == "f16" and fmt != "fp16") or acc not in ("f32", "f16"):
+        raise ValueError(f"no {what} form for {fmt!r} with a {acc!r} accumulator")
+    suffix, K, dt = WIDE[fmt]
+    a = np.asarray(a, dt)
+    b = np.asarray(b, dt)
+    if a.ndim == 2:
+        a, b, c = a[None], b[None], np.asarray(c)[None]
+    assert a.shape[1:] == (rows, K) and b.shape[1:] == (K, 8), (a.shape, b.shape)
+    if fmt == "tf32":  # the fp32 bit pattern: the code in the top 19 bits
+        a, b = a << np.uint32(13), b << np.uint32(13)
+    T = a.shape[0]
+    ab = np.ascontiguousarray(a).view(np.uint8).reshape(T, rows, 32)
+    bb = np.ascontiguousarray(np.swapaxes(b, -1, -2)).view(np.uint8).reshape(T, 8, 32)
+    return ab, bb, c, suffix
+
+
 def wgmma_wide(a, b, c, fmt: str, acc: str = "f32") -> np.ndarray:
     """Batched single wgmma m64n8k16 (bf16, fp16) or m64n8k8 (tf32): a (T, 64, K) and b (T, K, 8)
     codes as fp8sim holds them (uint16; tf32: its 19-bit code in uint32), c (T, 64, 8).
 
     ``acc="f16"`` (fp16 operands only) uses the f16-accumulator form (C rounded to fp16 first).
     Returns D as float32 (T, 64, 8)."""
-    if fmt not in WIDE or (acc == "f16" and fmt != "fp16") or acc not in ("f32", "f16"):
-        raise ValueError(f"no wgmma form for {fmt!r} with a {acc!r} accumulator")
-    suffix, K, dt = WIDE[fmt]
-    a = np.asarray(a, dt)
-    b = np.asarray(b, dt)
-    if a.ndim == 2:
-        a, b, c = a[None], b[None], np.asarray(c)[None]
-    assert a.shape[1:] == (64, K) and b.shape[1:] == (K, 8), (a.shape, b.shape)
-    if fmt == "tf32":  # the fp32 bit pattern: the code in the top 19 bits
-        a, b = a << np.uint32(13), b << np.uint32(13)
-    T = a.shape[0]
-    ab = np.ascontiguousarray(a).view(np.uint8).reshape(T, 64, 32)
-    bb = np.ascontiguousarray(np.swapaxes(b, -1, -2)).view(np.uint8).reshape(T, 8, 32)
+    ab, bb, c, suffix = _wide_bytes(a, b, c, fmt, acc, 64, "wgmma")
     lbo, sbo = descriptor_fields()
     return _wgmma_raw(ab, bb, c, f"wgmma_{acc}_{suffix}", acc, lbo, sbo)
 
@@ -281,19 +288,9 @@ def mma_sync_wide(a, b, c, fmt: str, acc: str = "f32") -> np.ndarray:
     """Batched single mma.sync m16n8k16 (bf16, fp16) or m16n8k8 (tf32): a (T, 16, K), b (T, K, 8)
     codes as :func:`wgmma_wide` takes them, c (T, 16, 8); ``acc="f16"`` for fp16 with an f16
     accumulator.  Returns D as float32 (T, 16, 8)."""
-    if fmt not in WIDE or (acc == "f16" and fmt != "fp16") or acc not in ("f32", "f16"):
-        raise ValueError(f"no mma.sync form for {fmt!r} with a {acc!r} accumulator")
-    suffix, K, dt = WIDE[fmt]
-    a = np.asarray(a, dt)
-    b = np.asarray(b, dt)
-    if a.ndim == 2:
-        a, b, c = a[None], b[None], np.asarray(c)[None]
-    assert a.shape[1:] == (16, K) and b.shape[1:] == (K, 8), (a.shape, b.shape)
-    if fmt == "tf32":
-        a, b = a << np.uint32(13), b << np.uint32(13)
-    T = a.shape[0]
-    da = cp.asarray(np.ascontiguousarray(a).view(np.uint8).reshape(T, 16, 32))
-    db = cp.asarray(np.ascontiguousarray(np.swapaxes(b, -1, -2)).view(np.uint8).reshape(T, 8, 32))
+    ab, bb, c, suffix = _wide_bytes(a, b, c, fmt, acc, 16, "mma.sync")
+    T = ab.shape[0]
+    da, db = cp.asarray(ab), cp.asarray(bb)
     if acc == "f32":
         dc = cp.asarray(np.ascontiguousarray(c, np.float32))
     else:
