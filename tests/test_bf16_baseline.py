@@ -156,6 +156,10 @@ def test_bad_input():
         bf16_matmul(x, x, MODEL_WGMMA_BF16)
     with pytest.raises(ValueError):
         bf16_matmul(x, x.T, AccumulatorModel(name="e", kind="exact"))
+    # e_zero with a separate C: neither kernel computes it (refused, not computed without e_zero)
+    sep = replace(MODEL_WGMMA_BF16, name="sep", c_mode="separate", validated=False)
+    with pytest.raises(ValueError, match="needs the general kernels .* c_mode='separate'"):
+        bf16_matmul(x, x.T, sep)
 
 
 @pytest.mark.parametrize("name", SETS)
