@@ -3,7 +3,7 @@
 Each is ``study_NAME(out_dir, quick, progress, opts) -> section``, where ``opts`` holds the
 study's options from a report config and the seed, and a section is a dict with ``id``,
 ``title``, ``html`` (the body), ``figures`` and ``csv`` (paths) and ``numbers`` (the headline
-numbers of ``summary.json``).  :data:`STUDIES` lists them in the report's order.
+numbers of ``summary.json``).  :data:`fp8sim.report.STUDIES` lists them (with the accelerators section) in the report's order.
 """
 
 from __future__ import annotations
@@ -25,9 +25,6 @@ __all__ = [
     "ROUNDING_FORMATS",
     "TRAINING_RECIPES",
     "TRAINING_RECIPES_QUICK",
-    "STUDIES",
-    "STUDY_IDS",
-    "get_study",
     "write_csv",
     "html_table",
     "mode_errors",
@@ -374,17 +371,3 @@ def study_training(out: Path, quick: bool, progress: bool, opts: dict) -> dict:
         "csv": csvs,
         "numbers": numbers,
     }
-
-
-STUDIES = [study_formats, study_rounding, study_granularity, study_accumulation, study_tensorcore, study_training]
-#: study id (``formats``, ``rounding``, ...) -> its section function
-STUDY_IDS = {f.__name__.removeprefix("study_"): f for f in STUDIES}
-
-
-def get_study(name: str):
-    """The section function of the study ``name`` (a key of :data:`STUDY_IDS`); an unknown name raises
-    :class:`~fp8sim.formats.UnknownNameError`."""
-    try:
-        return STUDY_IDS[name]
-    except (KeyError, TypeError):
-        raise unknown_name_error("study", name, STUDY_IDS, plural="studies") from None
