@@ -12,18 +12,26 @@ For each shape ``T x K x N`` (tokens, in_features, out_features) it times, on fl
 
 and prints both (median of ``--repeat`` alternating runs after one warm-up), the ratio and the overhead.
 The target is an overhead of at most 10 %.
+
+Both run in this one process with torch loaded, as a user of ``fp8sim.torch`` runs them: fp8sim is
+imported before torch, so that torch's OpenMP runtime, which fp8sim's numba kernels share, takes
+fp8sim's default wait policy (``OMP_WAIT_POLICY=PASSIVE`` unless set; see docs/pytorch.md, "Threads").
+The header line says which policy and how many threads ran.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 
+import fp8sim  # before torch: its OpenMP runtime then takes fp8sim's wait policy
+
+# isort: split
 import numpy as np
 import torch
 
-import fp8sim
 import fp8sim.torch as ft
 
 
@@ -61,7 +69,15 @@ def main() -> None:
     args = ap.parse_args()
     r = fp8sim.recipe(args.recipe)
     rw = wgrad_recipe(r)
-    print(f"recipe {r.name}, torch {torch.__version__}, {torch.get_num_threads()} torch threads")
+    import numba
+
+    numba.get_num_threads()  # starts numba's pool, so that its threading layer is known
+    policy = os.environ.get("OMP_WAIT_POLICY", "unset")
+    print(
+        f"recipe {r.name}, torch {torch.__version__}, {torch.get_num_threads()} torch threads, "
+        f"numba {numba.get_num_threads()} threads ({numba.threading_layer()}), OMP_WAIT_POLICY {policy}"
+        f"{' (fp8sim default)' if fp8sim._threads.APPLIED else ''}"
+    )
     print(f"{'T x K x N':>16} {'fp8sim.gemm (s)':>16} {'fp8sim.torch (s)':>17} {'ratio':>7} {'overhead':>9}")
     for spec in args.shapes.split(","):
         T, K, N = (int(v) for v in spec.lower().split("x"))

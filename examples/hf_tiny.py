@@ -3,7 +3,9 @@ download), converted with DeepSeek-V3's precision plan, one forward/backward pas
 
     python examples/hf_tiny.py [--plan deepseek-v3] [--tokens 32]
 
-Needs ``pip install transformers``.  The plan keeps ``lm_head`` in high precision, runs the q/k/v,
+Needs torch and transformers: ``pip install "fp8sim[hf]"`` (on Linux without an NVIDIA GPU, install torch's
+CPU build first: ``pip install torch --index-url https://download.pytorch.org/whl/cpu``). Without them it
+says what is missing and exits with status 0, skipped.  The plan keeps ``lm_head`` in high precision, runs the q/k/v,
 o_proj and MLP projections with the deepseek-v3 recipe, keeps ``o_proj``'s input for Wgrad as E5M6
 with power-of-two scales and every other input as its 1x128 E4M3 quantization, and makes the
 converted layers' weights FP32 masters.
@@ -12,12 +14,8 @@ converted layers' weights FP32 masters.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
-
-import torch
-from transformers import LlamaConfig, LlamaForCausalLM
-
-import fp8sim.torch as ft
 
 
 def main() -> None:
@@ -25,6 +23,21 @@ def main() -> None:
     ap.add_argument("--plan", default="deepseek-v3", help="a plan (fp8sim.torch.plan_names()) or recipe name")
     ap.add_argument("--tokens", type=int, default=32, help="tokens per sequence (default 32)")
     args = ap.parse_args()
+
+    try:
+        import torch
+        from transformers import LlamaConfig, LlamaForCausalLM
+    except ModuleNotFoundError as e:
+        if e.name not in ("torch", "transformers"):
+            raise
+        print(
+            f"hf_tiny.py: skipped: it needs {e.name}, which is not installed. Install it with "
+            '`pip install "fp8sim[hf]"` (or `pip install transformers torch`).',
+            file=sys.stderr,
+        )
+        return
+
+    import fp8sim.torch as ft
 
     cfg = LlamaConfig(
         vocab_size=128,

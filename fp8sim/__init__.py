@@ -15,9 +15,12 @@ Where each concept lives: docs/architecture.md.
 
 import sys as _sys
 
-# first: numba's cache of fp8sim's kernels goes to a per-user folder, never into the package
+# first: numba's cache of fp8sim's kernels goes to a per-user folder, never into the package;
+# then, before any kernel loads an OpenMP runtime, OMP_WAIT_POLICY=PASSIVE unless the user chose a
+# policy (fp8sim/_threads.py: the runtime's threads sleep, not spin, between fp8sim's kernels)
 from . import (
     _numba_cache,  # noqa: F401, I001
+    _threads,  # noqa: F401
     metrics,
     pipeline,
     rounding,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._fpenv import ieee_defaults
 from .formats import format as get_format
 from .intrinsics import fma32_array
 from .recipes import BF16_ACCUMULATORS, SCALE_ATS, Recipe, is_int
@@ -124,6 +125,7 @@ def _check(a_codes, b_codes, sa, sb, fa, fb, kscale, promote_every, scale_at, sc
     return P, SCALE_EPILOGUE
 
 
+@ieee_defaults
 def scaled_matmul(
     a_codes,
     b_codes,
@@ -261,16 +263,18 @@ def combine_slices(parts: list[np.ndarray], order: str) -> np.ndarray:
     ``"reverse"`` (from the last slice) or ``"pairwise"`` (a binary tree over neighbours)."""
     if order == "reverse":
         parts = parts[::-1]
-    if order == "pairwise":
-        while len(parts) > 1:
-            nxt = [(parts[i] + parts[i + 1]).astype(np.float32) for i in range(0, len(parts) - 1, 2)]
-            if len(parts) % 2:
-                nxt.append(parts[-1])
-            parts = nxt
-        return parts[0]
-    tot = parts[0]
-    for p in parts[1:]:
-        tot = (tot + p).astype(np.float32)
+    # IEEE semantics, silently: slices that overflow fp32 add to inf, opposite infinities to NaN
+    with np.errstate(over="ignore", invalid="ignore"):
+        if order == "pairwise":
+            while len(parts) > 1:
+                nxt = [(parts[i] + parts[i + 1]).astype(np.float32) for i in range(0, len(parts) - 1, 2)]
+                if len(parts) % 2:
+                    nxt.append(parts[-1])
+                parts = nxt
+            return parts[0]
+        tot = parts[0]
+        for p in parts[1:]:
+            tot = (tot + p).astype(np.float32)
     return tot
 
 

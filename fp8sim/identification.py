@@ -25,7 +25,9 @@ The search space (every combination that makes a valid recipe):
 How (speed: about 2 s for 256x256x4096 on two cores when a wgmma recipe matches;
 ``benchmarks/bench_identify.py``):
 
-1. stage 1 on a sample of the outputs: up to 8 rows x 128 columns for "wgmma" (its fused kernel:
+1. stage 1 on a sample of the outputs: up to 8 rows x 128 columns for "wgmma", spread over the rows
+   and columns that hold finite nonzero outputs (a zero row of ``a`` gives the same output under
+   every candidate and tells none apart) (its fused kernel:
    ~0.013 s for 8x256x4096 through ``scaled_matmul``; the sample's kernels run on one thread).  The tensor-core
    chain of every (accumulator, promote_every, scale mode, K slice) is run once through
    :func:`fp8sim.scaled.run_codes` and cached; the slice sums (:func:`~fp8sim.scaled.combine_slices`),
@@ -37,7 +39,16 @@ How (speed: about 2 s for 256x256x4096 on two cores when a wgmma recipe matches;
    and the split layout of the best wgmma candidate only, then stage 3 again;
 3. stage 2: the best candidates of stage 1 (by sample match rate, ties broken towards the usual
    library choices: see :data:`PREFERENCE`) run on all outputs, up to :data:`STAGE2` of them, until
-   one matches every output.
+   one matches every output.  When none does while other candidates matched every sampled output
+   (a sample that cannot tell them apart), stage 2 widens: those candidates are tried on a second
+   sample, the outputs where the candidates run so far fail; the ones that fail there are ruled
+   out, the best of the others run on all outputs, and so on until one matches every output or
+   none is left;
+4. after a match, up to :data:`TIES` more candidates that matched every sampled output (first the
+   best one of each other accumulator) run on all outputs: those that match every output too are
+   ``IdentifyResult.ties``, named by :meth:`~IdentifyResult.explain` (the outputs cannot tell them
+   apart: an exact product rounded to bf16 is reproduced by "mma.sync", "exact", "fp32" and "fp64"
+   alike).
 """
 
 from __future__ import annotations
@@ -49,6 +60,7 @@ from functools import cache
 import ml_dtypes
 import numpy as np
 
+from ._fpenv import ieee_defaults
 from .gemm_core import cast_output
 from .recipes import BF16_ACCUMULATORS, Recipe, accumulator_names
 from .rounding.api import serial_if_small
@@ -61,7 +73,8 @@ __all__ = ["identify", "IdentifyResult", "PREFERENCE", "STEPS", "STAGE2", "recip
 WHO = "fp8sim.identify"
 SAMPLE = (8, 128)  #: rows x columns of stage 1 for the fast accumulators
 TINY = (1, 32)  #: rows x columns of stage 1 for the slow accumulators
-STAGE2 = 6  #: most candidates run on all outputs
+STAGE2 = 6  #: most candidates run on all outputs at a time (stage 2 widens while none matches every output)
+TIES = 3  #: most candidates run on all outputs after a match, to find the recipes that tie with it
 SPLIT_KS, GRANULES = tuple(range(1, 17)), (128, 256, 512, 1024)
 #: how ties on the match rate are broken (first = preferred): the accumulator in the order of
 #: accumulator_names(), then promote_every None or 128 before split-K before the other promotions
@@ -202,12 +215,45 @@ def _spread(n: int, k: int) -> np.ndarray:
     return np.unique(np.linspace(0, n - 1, min(n, k)).round().astype(np.intp))
 
 
+def _informative(weight: np.ndarray, k: int) -> np.ndarray:
+    """Up to ``k`` indices spread evenly over those of positive ``weight`` (the ones whose outputs can
+    tell candidates apart), filled up with the others spread evenly when there are fewer."""
+    good = np.flatnonzero(weight > 0)
+    if len(good) >= min(len(weight), k):
+        return good[_spread(len(good), k)]
+    rest = np.flatnonzero(weight <= 0)
+    return np.sort(np.concatenate([good, rest[_spread(len(rest), k - len(good))]]))
+
+
+def _sample_indices(p: _Problem, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    """The rows and columns of stage 1's sample: spread over the rows (then the columns of those rows)
+    that hold finite nonzero outputs.  An all-zero or all-NaN output row (a zero row of ``a``, say)
+    is the same under every candidate and cannot tell them apart; such rows are taken only when
+    there are not enough others."""
+    live = np.isfinite(p.y) & (p.y != 0)
+    rows = _informative(live.sum(axis=1), shape[0])
+    return rows, _informative(live[rows].sum(axis=0), shape[1])
+
+
+def _mismatch_indices(miss: np.ndarray, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    """The rows with the most mismatching outputs (``miss``: counts per output), then the columns with
+    the most of them in those rows: the outputs where the candidates run so far fail."""
+    r = miss.sum(axis=1)
+    rows = np.sort(np.argsort(-r, kind="stable")[: min(shape[0], int((r > 0).sum()))])
+    c = miss[rows].sum(axis=0)
+    return rows, np.sort(np.argsort(-c, kind="stable")[: min(shape[1], int((c > 0).sum()))])
+
+
 class _Sample:
     """The outputs ``y[rows][:, cols]`` of stage 1 and the cached tensor-core chains on them."""
 
-    def __init__(self, p: _Problem, shape: tuple[int, int], name: str):
+    def __init__(
+        self, p: _Problem, shape: tuple[int, int], name: str, where: tuple[np.ndarray, np.ndarray] | None = None
+    ):
         self.p, self.name = p, name
-        self.rows, self.cols = _spread(p.M, shape[0]), _spread(p.N, shape[1])
+        rows, cols = _sample_indices(p, shape) if where is None else where
+        self.rows: np.ndarray = rows
+        self.cols: np.ndarray = cols
         self.A, self.B = p.A[self.rows], np.ascontiguousarray(p.B[:, self.cols])
         self.sa, self.sb = p.sa[self.rows], np.ascontiguousarray(p.sb[:, self.cols])
         self.y = p.y[np.ix_(self.rows, self.cols)]
@@ -323,7 +369,10 @@ class IdentifyResult:
       ``sample_match_rate`` (on that sample) and ``match_rate`` (on all outputs; None for the
       candidates not run in stage 2);
     * ``mismatch``: the first diverging output of the best candidate (None at 100 %);
-    * ``seconds``: the time the search took.
+    * ``seconds``: the time the search took;
+    * ``ties``: at 100 %, the other recipes found to reproduce every output as well (the outputs
+      cannot tell them apart; :meth:`explain` names them), and ``untried_ties`` the candidates that
+      matched every sampled output but were not run on all outputs (they may tie too).
     """
 
     recipe: Recipe
@@ -333,6 +382,8 @@ class IdentifyResult:
     mismatches: int
     mismatch: dict | None
     seconds: float
+    ties: list[Recipe] = field(default_factory=list)
+    untried_ties: int = 0
     _problem: _Problem = field(repr=False, default=None)  # type: ignore[assignment]
     _explained: dict | None = field(repr=False, default=None)
 
@@ -351,9 +402,26 @@ class IdentifyResult:
         """A few lines: at 100 % that every output matches, with the recipe's fields; else the first
         diverging output (row-major) with both bit patterns and the steps of the model whose
         change alone reproduces it (or that no single step does)."""
-        f = ", ".join(f"{k}={v!r}" for k, v in recipe_fields(self.recipe).items())
+        fields = recipe_fields(self.recipe)
+        f = ", ".join(f"{k}={v!r}" for k, v in fields.items())
         if self.mismatch is None:
-            return f"all {self.n_outputs} outputs are bit-identical under the recipe ({f})"
+            text = f"all {self.n_outputs} outputs are bit-identical under the recipe ({f})"
+            if self.ties:
+                other = [
+                    ", ".join(f"{k}={v!r}" for k, v in recipe_fields(t).items() if v != fields[k]) for t in self.ties
+                ]
+                text += (
+                    f"\ntie: {len(self.ties)} other recipe{'s' if len(self.ties) > 1 else ''} of the search space "
+                    f"reproduce{'' if len(self.ties) > 1 else 's'} every output as well, so these outputs cannot "
+                    "tell them apart (the recipe above is the preferred one): " + "; ".join(other)
+                )
+            if self.untried_ties:
+                one = self.untried_ties == 1
+                text += (
+                    f"\n{self.untried_ties} more candidate{'' if one else 's'} matched every sampled output and "
+                    f"{'was' if one else 'were'} not run on all outputs (they may tie as well)"
+                )
+            return text
         d = self.diagnosis()
         lines = [
             f"the best recipe ({f}) matches {self.n_outputs - self.mismatches} of {self.n_outputs} outputs "
@@ -386,6 +454,8 @@ class IdentifyResult:
             candidates=len(self.table),
             top=[dict(row) for row in self.table[:top]],
             first_mismatch=self.diagnosis() or None,
+            ties=[recipe_fields(t) for t in self.ties],
+            untried_ties=self.untried_ties,
             explain=self.explain(),
             seconds=self.seconds,
         )
@@ -455,6 +525,70 @@ def _stage2(p: _Problem, rows: list[dict]) -> list[tuple]:
     return results
 
 
+@ieee_defaults
+def _sample_rate(p: _Problem, s: _Sample, args: tuple) -> float:
+    """The match rate of the candidate ``args`` (a table row's) on the sample ``s``, as stage 1
+    computes it."""
+    acc, P, mode, epi, S, g, order, out = args
+    parts = [s.chain(acc, P, mode, k0, k1) for k0, k1 in k_slices(p.K, S, g)]
+    tot = combine_slices(parts, order)
+    z = tot if epi is None else apply_epilogue(tot, s.sa[:, :1], s.sb[:1, :], epi)
+    return float(bit_match(cast_output(z, out), s.y).mean())
+
+
+def _open(rows: list[dict]) -> list[dict]:
+    """The candidates that may still reproduce every output: every sampled output matched, not yet run
+    on all outputs and not ruled out by a second sample."""
+    return [r for r in rows if r["match_rate"] is None and r["sample_match_rate"] == 1.0 and not r.get("_out")]
+
+
+def _widen(p: _Problem, rows: list[dict], results: list[tuple]) -> list[tuple]:
+    """Stage 2 beyond its first :data:`STAGE2` candidates, while none reproduces every output: the
+    candidates that matched every sampled output are tried on a second sample, the outputs where
+    the candidates run so far fail (those that fail there are ruled out: they cannot match every
+    output), and the best survivors are run on all outputs; until one matches every output or no
+    candidate is left."""
+    more: list[tuple] = []
+    while not any(t[3].all() for t in results + more):
+        todo = _open(rows)
+        if not todo:
+            break
+        miss = sum((~t[3]).astype(np.int64) for t in results + more)
+        s = _Sample(p, SAMPLE, "mismatches", _mismatch_indices(miss, SAMPLE))
+        with serial_if_small(0, threshold=1):
+            for r in todo:
+                r["_out"] = _sample_rate(p, s, r["_args"]) != 1.0
+        keep = [r for r in todo if not r["_out"]]
+        if not keep:
+            break
+        with serial_if_small(p.M * p.N):
+            more += _stage2(p, keep)
+    return more
+
+
+def _ties(p: _Problem, rows: list[dict], best: Recipe, results: list[tuple]) -> tuple[list[Recipe], int]:
+    """The other recipes that reproduce every output (the outputs cannot tell them from ``best``):
+    those stage 2 found, and up to :data:`TIES` more of the candidates that matched every sampled
+    output (first one per other accumulator), run on all outputs; and how many such candidates
+    were not run."""
+    ties = [t[2] for t in results if t[3].all() and t[2] is not best]
+    todo = _open(rows)
+    pick: list[dict] = []
+    for r in todo:  # in rank order: the best candidate of each other accumulator first
+        if r["accumulator"] != best.accumulator and all(r["accumulator"] != q["accumulator"] for q in pick):
+            pick.append(r)
+    chosen = {id(r) for r in pick}
+    pick = (pick + [r for r in todo if id(r) not in chosen])[:TIES]
+    with serial_if_small(p.M * p.N):
+        for row in pick:
+            cand = p.recipe(*row["_args"])
+            m = bit_match(p.evaluate(cand).astype(np.float32), p.y)
+            row["match_rate"] = float(m.mean())
+            if m.all():
+                ties.append(cand)
+    return ties, len(todo) - len(pick)
+
+
 def identify(
     a_codes, b_codes, y, *, a_scale=None, b_scale=None, a_format="e4m3", b_format="e4m3", layout="kn"
 ) -> IdentifyResult:
@@ -484,14 +618,17 @@ def identify(
         rows = _ranked(_stage1(p, _Sample(p, SAMPLE, "rows"), fast))
     with serial_if_small(p.M * p.N):
         results = _stage2(p, rows)
-    if slow and not results[-1][3].all():  # no wgmma candidate reproduces y: try the other accumulators
+    results += _widen(p, rows, results)
+    if slow and not any(t[3].all() for t in results):  # no wgmma candidate reproduces y: the others
         best = rows[0]
         only = {(1, 128)} | ({(best["split_k"], best["split_granule"])} if best["split_k"] > 1 else set())
         with serial_if_small(0, threshold=1):
             rows = _ranked(rows + _stage1(p, _Sample(p, TINY, "tiny"), slow, only))
         with serial_if_small(p.M * p.N):
             results += _stage2(p, rows)
+        results += _widen(p, rows, results)
     rate, _, r, m = min(results, key=lambda t: (-t[0], t[1]))
+    ties, untried = _ties(p, rows, r, results) if m.all() else ([], 0)
     mismatch = None
     if not m.all():
         i, j = divmod(int(np.flatnonzero(~m.ravel())[0]), p.N)
@@ -511,5 +648,7 @@ def identify(
         mismatches=int((~m).sum()),
         mismatch=mismatch,
         seconds=time.perf_counter() - t0,
+        ties=ties,
+        untried_ties=untried,
         _problem=p,
     )

@@ -64,6 +64,8 @@ from functools import lru_cache
 import numpy as np
 from numba import njit
 
+from ._fpenv import ieee_defaults
+
 __all__ = [
     "rel_frobenius_error",
     "max_rel_error",
@@ -359,6 +361,7 @@ def _underflowed(x, d) -> np.ndarray:
 
 
 # ------------------------------------------------------------------ measures on two arrays
+@ieee_defaults
 def rel_frobenius_error(ref, approx, *, nan: str = "omit") -> float:
     """``||approx - ref||_F / ||ref||_F`` (0 when both are zero, inf when only ref is zero;
     inf when an output is NaN where ``ref`` is not: see the module docstring)."""
@@ -366,6 +369,7 @@ def rel_frobenius_error(ref, approx, *, nan: str = "omit") -> float:
     return _acc_arrays(ref, approx).rel_frobenius(nan)
 
 
+@ieee_defaults
 def max_rel_error(ref, approx, *, nan: str = "omit", exclude_underflow: bool = False) -> float:
     """``max |approx - ref| / |ref|`` as a plain ratio (1.0 = 100 %) over elements with
     ``ref != 0``.  An element flushed to zero has relative error exactly 1; with
@@ -376,6 +380,7 @@ def max_rel_error(ref, approx, *, nan: str = "omit", exclude_underflow: bool = F
     return _acc_arrays(ref, approx).max_rel_error(nan, bool(exclude_underflow))
 
 
+@ieee_defaults
 def sqnr_db(ref, approx, *, nan: str = "omit") -> float:
     """Signal to quantization-noise ratio ``10 log10(sum ref^2 / sum (approx-ref)^2)`` in dB
     (inf for an exact approximation, -inf for a zero reference with nonzero error and for any
@@ -384,6 +389,7 @@ def sqnr_db(ref, approx, *, nan: str = "omit") -> float:
     return _acc_arrays(ref, approx).sqnr_db(nan)
 
 
+@ieee_defaults
 def fraction_underflow(ref, approx, *, nan: str = "omit") -> float:
     """Fraction of the elements (with a non-NaN ``ref``) whose ``ref`` is nonzero and whose
     ``approx`` is exactly zero."""
@@ -392,6 +398,7 @@ def fraction_underflow(ref, approx, *, nan: str = "omit") -> float:
 
 
 # ------------------------------------------------------------------ measures on a quantization
+@ieee_defaults
 def quantization_counts(x, q, *, mode: str | None = None) -> dict:
     """Counts of the quantization ``q`` of ``x``: ``n`` (elements), ``n_saturated`` (clipped by
     the conversion; module docstring), ``n_underflow`` (nonzero, non-NaN elements that became
@@ -410,6 +417,7 @@ def quantization_counts(x, q, *, mode: str | None = None) -> dict:
     return {"n": n, "n_saturated": n_sat, "n_underflow": n_und, "n_nan": n_nan, "n_omitted": n_om}
 
 
+@ieee_defaults
 def fraction_saturated(x, q, *, nan: str = "omit", mode: str | None = None) -> float:
     """Fraction of the elements of ``x`` that the quantization ``q`` clipped (module docstring:
     rounded in ``mode`` -- the mode ``q`` was made with -- ``x / scale`` lands beyond
@@ -423,6 +431,7 @@ def fraction_saturated(x, q, *, nan: str = "omit", mode: str | None = None) -> f
     return c["n_saturated"] / kept if kept else 0.0
 
 
+@ieee_defaults
 def fraction_subnormal(q) -> float:
     """Fraction of the codes of ``q`` that are subnormal (nonzero, exponent field 0)."""
     _check_q(q)
@@ -437,6 +446,7 @@ def fraction_subnormal(q) -> float:
     return n / max(codes.size, 1)
 
 
+@ieee_defaults
 def block_stats(x, q, *, mode: str | None = None) -> dict:
     """Per-block statistics of the quantization ``q`` of ``x``, each an array of ``q.scales.shape``:
     ``amax``, ``scale``, ``sqnr_db``, ``rel_frobenius``, ``max_abs_error``, ``n_saturated``,
@@ -487,6 +497,7 @@ def block_stats(x, q, *, mode: str | None = None) -> dict:
     }
 
 
+@ieee_defaults
 def summary(x, q_or_approx, *, nan: str = "omit", mode: str | None = None, progress: bool = False) -> dict:
     """All scalar measures in one dict, computed in one streamed pass:
 

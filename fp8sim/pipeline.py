@@ -50,6 +50,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from ._fpenv import ieee_defaults
 from ._inputs import flag, float_input
 from .device import is_device_array
 from .gemm_core import cast_output, scaled_matmul, wide_matmul
@@ -219,6 +220,7 @@ def _gemm_on_device(x, w, r: Recipe, report: bool, layout: str, fidelity: str):
 
 
 # ------------------------------------------------------------------ public
+@ieee_defaults
 def gemm(
     x,
     w,
@@ -249,7 +251,8 @@ def gemm(
         arithmetic; pass ``.with_(split_k=...)`` for the library's split at your shape)
     fidelity : ``"exact"`` (bit-exact accumulator model) or ``"fast"`` (exact quantization and scale
         application, but each promotion interval's partial from float32 BLAS instead of the
-        tensor-core model: NOT bit-exact; see docs/gemm.md for its measured deviation)
+        tensor-core model: NOT bit-exact, and not faster than ``"exact"`` for recipes that promote
+        partial sums; see docs/gemm.md for its measured deviation and speed)
 
     Returns
     -------

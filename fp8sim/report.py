@@ -41,6 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from . import formats
+from ._fpenv import ieee_defaults
 from ._json import dumps as json_dumps
 from ._names import unknown_name_error
 from ._version import __version__
@@ -441,6 +442,7 @@ def check_out_dir(out_dir, *, overwrite: bool = False, writes: Iterable[str] | N
     return out
 
 
+@ieee_defaults
 def build(
     out_dir,
     *,

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._fpenv import ieee_defaults
 from ._inputs import float_input
 from .formats import Format
 from .formats import format as get_format
@@ -156,6 +157,12 @@ def as_codes(x, fmt, who: str, name: str) -> tuple[np.ndarray, Format]:
     f = get_format(fmt) if not isinstance(fmt, Format) else fmt
     if f.bits != 8:
         raise ValueError(f"{who}: {name}_format must be an 8-bit format, got {f.name} ({f.bits} bits)")
+    if not f.signed or not f.subnormals:
+        raise ValueError(
+            f"{who}: {name}_format {f.name!r} is not an element format (unsigned, without zero: "
+            f"{'E8M0 is the MX scale format' if f.name == 'e8m0' else 'a scale-only format'}); the operands "
+            "take signed formats with zero (e4m3, e5m2, ...)"
+        )
     x, tfmt = _torch_to_numpy(x)
     a = np.asarray(x)
     if tfmt is not None and get_format(tfmt) != f:
@@ -287,6 +294,30 @@ def padded_inputs(A, B, sa, sb, kscale, r: Recipe):
     return pad_k(A, Kp, 1), pad_k(B, Kp, 0), sa, sb, (Kp if kscale is None else kscale)
 
 
+def _check_block_scaled_formats(r: Recipe, fa: Format, fb: Format) -> None:
+    """A block-scaled recipe (MXFP8 / MXFP4 / NVFP4) in :func:`scaled_gemm`: its MMA must multiply
+    the codes' formats (``kind::mxf4`` and ``kind::mxf4nvf4`` take E2M1 only, not 8-bit codes)."""
+    from .tensorcore import archs
+
+    assert isinstance(r.accumulator, str)
+    arch, _, key = r.accumulator.partition(":")
+    takes = sorted({f for row in archs.ROWS if (row.arch, row.key) == (arch, key) for f in row.formats})
+    bad = [f"{n}={f.name!r}" for n, f in (("a_format", fa), ("b_format", fb)) if f.name not in takes]
+    if bad:
+        eight = [f for f in takes if get_format(f).bits == 8]
+        hint = (
+            f"of these scaled_gemm takes {', '.join(eight)} codes"
+            if eight
+            else "scaled_gemm takes 8-bit codes, so it cannot run this recipe: use fp8sim.gemm (which quantizes "
+            "with the recipe's block scales) or fp8sim.tensorcore.matmul with a_scale / b_scale"
+        )
+        raise ValueError(
+            f"fp8sim.scaled_gemm: recipe {r.name!r} runs on the block-scaled MMA {r.accumulator!r}, which "
+            f"multiplies {', '.join(takes)} only, not {' and '.join(bad)}; {hint}"
+        )
+
+
+@ieee_defaults
 def scaled_gemm(
     a_codes,
     b_codes,
@@ -329,6 +360,8 @@ def scaled_gemm(
     if not r.is_fp8:
         raise ValueError(f"fp8sim.scaled_gemm: recipe {r.name!r} is not an FP8 recipe (its operands are {r.x_format})")
     A, B, sa, sb, kscale, fa, fb, kinds = prepare(a_codes, b_codes, a_scale, b_scale, a_format, b_format, layout)
+    if r.block_scaled:
+        _check_block_scaled_formats(r, fa, fb)
     if r.scale_at == "epilogue" and kscale is not None:
         raise ValueError(
             f"fp8sim.scaled_gemm: recipe {r.name!r} applies the scales in the epilogue (one scale per row / "

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
+from ._fpenv import ieee_defaults
 from ._names import unknown_name_error
 from .studies import granularity as _study
 
@@ -70,6 +71,7 @@ def check_scheduler(scheduler: str | None) -> str:
     return scheduler
 
 
+@ieee_defaults
 def run(
     task: Callable[[dict], dict],
     params: Iterable[dict],

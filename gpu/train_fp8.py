@@ -14,9 +14,10 @@ run             the GEMMs of each Linear layer
                 out); Wgrad ``dW^T = x^T dy`` with both operands re-quantized in 1x128 tiles along
                 the tokens by the project's wgmma kernel (``gpu/kernels/gemm.cu``, FP32 out):
                 cuBLASLt's blockwise GEMM takes 128x128 blocks on one operand only.
-``emu-block``   ``fp8sim.torch.convert(model, "deepseek-v3")``: the same three GEMMs emulated on
-                CUDA cores (:mod:`fp8sim.device`); cuBLASLt blockwise is the ``cublaslt-block``
-                preset, whose arithmetic is ``deepseek-v3``'s
+``emu-block``   ``fp8sim.torch.convert(model, Plan("deepseek-v3"))`` (the recipe alone, no activation
+                caches): the same three GEMMs emulated on CUDA cores (:mod:`fp8sim.device`);
+                cuBLASLt blockwise is the ``cublaslt-block`` preset, whose arithmetic is
+                ``deepseek-v3``'s
 ``real-tensor`` per-tensor scales, ``torch._scaled_mm`` tensorwise (``use_fast_accum=False``) for all
                 three GEMMs
 ``emu-tensor``  ``fp8sim.torch.convert(model, "cublaslt-tensor")``
@@ -24,7 +25,9 @@ run             the GEMMs of each Linear layer
 ==============  ==================================================================================
 
 The real runs quantize with their own code (plain torch, below): ``s = fp32(amax / 448)`` per block
-(at least 2^-126), codes ``RNE(x / s)`` computed exactly in float64 and saturated to 448.  Every
+(at least 2^-126), codes ``RNE(x / s)`` computed exactly in float64 and saturated to 448; the K of every
+blockwise ``torch._scaled_mm`` is zero-padded to whole groups of 4 blocks (:func:`pad_k`), so any width
+whose blocks are not a multiple of 4 (d_model 384) runs with the scales cuBLASLt reads.  Every
 GEMM output (Fprop y, Dgrad dx, Wgrad dW) of every step is hashed (a linear hash of its bits) in
 every run, so two runs are compared GEMM by GEMM as well as loss by loss; the first GEMM whose
 hashes differ is where two runs part.  torch runs deterministically (``use_deterministic_algorithms``,
@@ -32,7 +35,7 @@ attention through the math backend).
 
 Run (on the GPU machine, from the repository root)::
 
-    PYTHONPATH=. python3 -m gpu.train_fp8 OUTDIR [--steps 300] [--seeds 0,1,2] [--runs ...]
+    PYTHONPATH=. python3 -m gpu.train_fp8 OUTDIR [--steps 300] [--seeds 0,1,2] [--proof-runs ...] [--d-model N]
 
 writes ``OUTDIR/train_fp8.json`` (losses as float bits, per-run GEMM hash agreement, kernel
 names of one step, seconds per step) and ``OUTDIR/train_fp8_losses.csv``.  ``--fake`` runs the
@@ -44,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import json
 import os
 import sys
@@ -54,7 +58,7 @@ os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 import numpy as np
 import torch
 
-from fp8sim.torch import convert
+from fp8sim.torch import Plan, convert
 from fp8sim.torch.gpt import GPT, GPTConfig, fit, load_corpus
 from fp8sim.torch.plans import DEFAULT_SKIP, matches
 from fp8sim.training.data import Batches
@@ -93,13 +97,33 @@ def outer_major(s: torch.Tensor) -> torch.Tensor:
     return s.t().contiguous().t()
 
 
-def padded_block_scales(sb: torch.Tensor) -> torch.Tensor:
-    """The ``(K/128, N/128)`` 128x128 scales as cuBLASLt reads them (gpu/capture_libraries.py)."""
-    nkb, nnb = sb.shape
-    l4 = -(-nkb // 4) * 4
-    buf = torch.zeros((nnb, l4), device=sb.device, dtype=torch.float32)
-    buf[:, :nkb] = sb.t()
-    return buf[:, :nkb].t()
+#: blockwise ``torch._scaled_mm`` wants the GEMM's K in whole groups of this many 128-blocks (below)
+K_BLOCK_GROUP = 4
+
+
+def pad_k(codes: torch.Tensor, scales: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """An operand of a blockwise ``torch._scaled_mm``, its E4M3 ``codes`` and block ``scales`` (one per
+    128 elements along ``dim``, the GEMM's K), padded along ``dim`` to a multiple of
+    :data:`K_BLOCK_GROUP` blocks: zero codes (+0.0) and unit scales, so the product is unchanged.
+
+    cuBLASLt reads the 128x128 scales of K block i and N block c at ``c * L4 + i``, L4 = the number of
+    K blocks rounded up to a multiple of 4 (16-byte aligned), while torch accepts only the unpadded
+    ``(K/128, N/128)`` outer-dim-major tensor: with K/128 not a multiple of 4 (d_model 384) torch refuses
+    a padded view and cuBLASLt misreads the plain one (docs/libraries.md).  Padding K itself makes the
+    two layouts one.  Both operands go through this (their K must agree); the inputs are returned as
+    they are when no padding is needed, else new contiguous tensors."""
+    nkb = scales.shape[dim]
+    if codes.shape[dim] != nkb * TILE:
+        raise ValueError(f"pad_k: {codes.shape[dim]} codes along dim {dim} but {nkb} scales of {TILE}")
+    extra = -nkb % K_BLOCK_GROUP
+    if not extra:
+        return codes, scales
+    zshape, oshape = list(codes.shape), list(scales.shape)
+    zshape[dim], oshape[dim] = extra * TILE, extra
+    raw = codes.view(torch.uint8)  # cat on the bytes: 0x00 is E4M3 +0.0
+    zeros = torch.zeros(zshape, dtype=torch.uint8, device=codes.device)
+    ones = torch.ones(oshape, dtype=scales.dtype, device=scales.device)
+    return torch.cat([raw, zeros], dim).view(codes.dtype), torch.cat([scales, ones], dim)
 
 
 # ------------------------------------------------------------------ the GEMM engines
@@ -174,7 +198,9 @@ class _RealFP8(torch.autograd.Function):
         if mode == "block":
             xq, sx = quant(x, (1, TILE))
             wq, sw = quant(w, (TILE, TILE))  # (N/128, K/128)
-            y = engine.scaled_mm(xq, wq.t(), outer_major(sx), padded_block_scales(sw.t()), torch.bfloat16)
+            xp, sxp = pad_k(xq, sx, 1)
+            wp, swp = pad_k(wq, sw, 1)
+            y = engine.scaled_mm(xp, wp.t(), outer_major(sxp), outer_major(swp.t()), torch.bfloat16)
         else:
             xq, sx = quant(x, (T, K))
             wq, sw = quant(w, (N, K))
@@ -188,15 +214,18 @@ class _RealFP8(torch.autograd.Function):
         e = ctx.engine
         gy = gy.contiguous()
         T, N = gy.shape
-        w_kn = wq.t().contiguous().t()  # W (N, K) stored column-major: the (K, N) operand of Dgrad
         if ctx.mode == "block":
             gq, sg = quant(gy, (1, TILE))  # along N, Dgrad's K
-            dx = e.scaled_mm(gq, w_kn, outer_major(sg), padded_block_scales(sw), torch.bfloat16)
+            gp, sgp = pad_k(gq, sg, 1)
+            wp, swp = pad_k(wq, sw, 0)  # W's N is Dgrad's K
+            w_kn = wp.t().contiguous().t()  # W (N, K) stored column-major: the (K, N) operand of Dgrad
+            dx = e.scaled_mm(gp, w_kn, outer_major(sgp), outer_major(swp), torch.bfloat16)
             xtq, sxt = quant(x.t().contiguous(), (1, TILE))  # (K, T): along the tokens
             gtq, sgt = quant(gy.t().contiguous(), (1, TILE))  # (N, T)
             dwt = e.wgrad(xtq, gtq, sxt, sgt.t().contiguous())  # (K, N)
         else:
             gq, sg = quant(gy, (T, N))
+            w_kn = wq.t().contiguous().t()
             dx = e.scaled_mm(gq, w_kn, sg.reshape(()), sw.reshape(()), torch.bfloat16)
             # Wgrad: x^T (K, T) row-major (the same codes: one scale for the tensor), dy (T, N) column-major
             dwt = e.scaled_mm(
@@ -284,7 +313,7 @@ def one_run(kind: str, seed: int, steps: int, device, c: GPTConfig, data: Batche
     torch.manual_seed(seed)
     model = GPT(c).to(device)
     if kind.startswith("emu-"):
-        model = convert(model, {"emu-block": "deepseek-v3", "emu-tensor": "cublaslt-tensor"}[kind])
+        model = convert(model, {"emu-block": Plan("deepseek-v3"), "emu-tensor": Plan("cublaslt-tensor")}[kind])
     else:
         model = convert_real(model, {"real-block": "block", "real-tensor": "tensor", "bf16": "bf16"}[kind], engine)
     hashes = Hashes(model, device, c.batch * c.context * max(c.d_ff, 3 * c.d_model)) if hash_gemms else None
@@ -318,12 +347,23 @@ def main(argv=None) -> int:
     ap.add_argument("--proof-runs", default="emu-block,real-block,real-block,emu-tensor,real-tensor")
     ap.add_argument("--fake", action="store_true", help="CPU, fp8sim's GEMMs in place of the real ones")
     ap.add_argument("--time-limit", type=float, default=480.0, help="skip comparison runs after this many seconds")
+    ap.add_argument(
+        "--d-model",
+        type=int,
+        default=None,
+        help="another width (a multiple of 128; heads of 64, d_ff 4 x d_model), e.g. 384, whose 128-blocks "
+        "are not a multiple of 4",
+    )
     a = ap.parse_args(argv)
+    if a.d_model is not None and (a.d_model < 128 or a.d_model % TILE):
+        ap.error(f"--d-model must be a positive multiple of {TILE}, got {a.d_model}")
     t_start = time.time()
     os.makedirs(a.out, exist_ok=True)
     device = "cpu" if a.fake else "cuda"
     engine: Engine = FakeEngine() if a.fake else Engine()
     c = FAKE_CONFIG if a.fake else PROOF_CONFIG
+    if a.d_model is not None:
+        c = dataclasses.replace(c, d_model=a.d_model, n_heads=a.d_model // 64, d_ff=4 * a.d_model)
     torch.use_deterministic_algorithms(True, warn_only=True)
     ids, vocab, sha = load_corpus("pydoc")
     n_params = sum(p.numel() for p in GPT(c).parameters())

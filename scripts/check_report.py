@@ -1,12 +1,13 @@
 """Open a report in a real headless browser and check it (not part of CI).
 
-    python scripts/check_report.py report/index.html [--screenshot docs/figures/report.png]
+    python scripts/check_report.py report/index.html [--screenshot docs/figures/report.png [--full-page]]
 
 Loads the page in headless Chromium (through Playwright, using the system's
 Chromium: set CHROMIUM=/path/to/chromium if it is not /usr/bin/chromium),
 and fails (exit code 1) if the page logs a console error or a page error,
 if any image is broken (naturalWidth 0) or if a section has no heading.
-Optionally saves a full-page screenshot.
+Optionally saves a screenshot: of the first screen (the 1200 x 900 viewport,
+as docs/figures/report_screenshot.png), or with --full-page of the whole page.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ import sys
 from pathlib import Path
 
 
-def check(index: Path, screenshot: str | None = None) -> dict:
+def check(index: Path, screenshot: str | None = None, full_page: bool = False) -> dict:
+    """Load ``index`` and check it; save a screenshot to ``screenshot`` (the whole page with
+    ``full_page``, else the viewport) if given.  Returns what was found, ``ok`` the verdict."""
     from playwright.sync_api import sync_playwright
 
     exe = os.environ.get("CHROMIUM", "/usr/bin/chromium")
@@ -45,7 +48,7 @@ def check(index: Path, screenshot: str | None = None) -> dict:
         sections = page.eval_on_selector_all("section", "ss => ss.map(s => !!s.querySelector('h2'))")
         title = page.title()
         if screenshot:
-            page.screenshot(path=screenshot, full_page=False)
+            page.screenshot(path=screenshot, full_page=full_page)
         browser.close()
     broken = [i["alt"] for i in images if not i["w"] or not i["h"]]
     result = {
@@ -60,12 +63,17 @@ def check(index: Path, screenshot: str | None = None) -> dict:
     return result
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("index", type=Path)
-    ap.add_argument("--screenshot", default=None)
-    args = ap.parse_args()
-    r = check(args.index, args.screenshot)
+    ap.add_argument("--screenshot", default=None, help="save a screenshot (PNG) here: the first screen")
+    ap.add_argument(
+        "--full-page", action="store_true", help="the screenshot is of the whole page, not the first screen"
+    )
+    args = ap.parse_args(argv)
+    if args.full_page and not args.screenshot:
+        ap.error("--full-page needs --screenshot PATH")
+    r = check(args.index, args.screenshot, full_page=args.full_page)
     for k, v in r.items():
         print(f"{k:>26}: {v}")
     return 0 if r["ok"] else 1

@@ -134,7 +134,7 @@ def test_report_config_selects_studies_and_options(tmp_path, capsys):
     assert set(sec["granularity"]) == {
         f"{d}/e4m3/{g}" for d in ("gaussian", "outlier_channels") for g in ("tensor", "1x128", "mx32")
     }
-    # one outlier channel sets the per-tensor scale; 1x128 tiles confine it
+    # one outlier channel sets the per-tensor scale; 1x128 tiles map each tile amax onto 448
     assert sec["granularity"]["outlier_channels/e4m3/1x128"] > sec["granularity"]["outlier_channels/e4m3/tensor"]
     assert sec["accumulation"]["K"] == 256
     with open(tmp_path / "a" / "accumulation" / "accumulation_study.csv") as fh:

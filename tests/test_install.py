@@ -4,8 +4,9 @@ at run time (the compact hardware captures, the licence).
 
 The wheel tests build fp8sim from a copy of the checkout with the environment's setuptools (no
 download: ``--no-build-isolation``) and install it into throw-away virtual environments that see
-the environment's packages (``--system-site-packages``), then run the installed ``fp8sim`` from a
-temporary folder without ``PYTHONPATH``.
+the packages of the interpreter running the tests (its site-packages folders, through a ``.pth``
+file: ``--system-site-packages`` would give the base interpreter's when the tests run in a venv),
+then run the installed ``fp8sim`` from a temporary folder without ``PYTHONPATH``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import json
 import os
 import re
 import shutil
+import site
 import subprocess
 import sys
 import zipfile
@@ -59,11 +61,28 @@ def _pip(*args: str, python: Path | None = None, cwd: Path | None = None) -> Non
     assert out.returncode == 0, f"{' '.join(cmd)}\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
 
 
+def _outer_site_dirs() -> list:
+    """The site-packages folders of the interpreter running the tests (a venv's, a conda
+    environment's, the system's; the user's when enabled), in the order of its ``sys.path``."""
+    known = list(site.getsitepackages()) + ([site.getusersitepackages()] if site.ENABLE_USER_SITE else [])
+    named = [p for p in sys.path if Path(p).name in ("site-packages", "dist-packages")]
+    dirs = [p for p in sys.path if p in known or p in named] + known
+    return [d for i, d in enumerate(dirs) if os.path.isdir(d) and d not in dirs[:i]]
+
+
 def _venv(path: Path) -> Path:
-    subprocess.run(
-        [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(path)], check=True, timeout=120
-    )
-    return path / BIN / ("python.exe" if sys.platform == "win32" else "python")
+    """A throw-away venv that imports what this interpreter imports, after its own packages.
+
+    ``--system-site-packages`` is not that: from inside a venv it exposes the *base* interpreter's
+    packages, not the running venv's (numba, numpy, ... would be missing). Instead a ``.pth`` file
+    in the new venv's site-packages adds this interpreter's site folders with ``site.addsitedir``
+    (so their own ``.pth`` files work too). Its name sorts after pip's ``__editable__.*.pth`` files,
+    so an editable install into the new venv comes before one of the outer interpreter."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True, timeout=120)
+    py = path / BIN / ("python.exe" if sys.platform == "win32" else "python")
+    lines = [f"import site; site.addsitedir({d!r})\n" for d in _outer_site_dirs()]
+    (_site_packages(py) / "zz_fp8sim_tests_outer_site.pth").write_text("".join(lines))
+    return py
 
 
 def _clean_env(**extra: str) -> dict:
@@ -96,12 +115,16 @@ def _e4m3(x: float) -> float:
     return float(np.array([x], np.float32).astype(ml_dtypes.float8_e4m3fn).astype(np.float32)[0])
 
 
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
-    """A wheel of the checkout, built from a copy (nothing is written into the checkout)."""
+def _need_setuptools() -> None:
     setuptools = pytest.importorskip("setuptools")
     if int(setuptools.__version__.split(".")[0]) < 77:
         pytest.skip(f"building fp8sim needs setuptools>=77 (pip install -e '.[test]'), have {setuptools.__version__}")
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    """A wheel of the checkout, built from a copy (nothing is written into the checkout)."""
+    _need_setuptools()
     base = tmp_path_factory.mktemp("wheel")
     src = _copy_sources(base / "src")
     _pip("wheel", "--no-build-isolation", "--no-deps", "--no-index", "-w", str(base / "dist"), str(src), cwd=base)
@@ -110,6 +133,29 @@ def wheel(tmp_path_factory) -> Path:
 
 
 # --- the wheel ----------------------------------------------------------------------------------
+
+
+def test_throwaway_venv_imports_what_this_interpreter_imports(tmp_path):
+    """The venvs of these tests import fp8sim's dependencies from where the interpreter running the
+    tests does, also when that interpreter is itself a venv (issue #26: ``--system-site-packages``
+    gave the base interpreter's packages, and numba was missing), and their own packages first."""
+    py = _venv(tmp_path / "venv")
+    names = ["numba", "numpy", "ml_dtypes", "setuptools", "pytest"]
+    probe = (
+        "import importlib.util, json, sys, sysconfig\n"
+        "print(json.dumps({'origins': {n: importlib.util.find_spec(n).origin for n in sys.argv[1:]},"
+        " 'own': sysconfig.get_paths()['purelib'], 'path': sys.path}))\n"
+    )
+    r = _run([py, "-c", probe, *names], tmp_path, _clean_env())
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    for name in names:
+        spec = importlib.util.find_spec(name)
+        assert spec is not None and spec.origin is not None
+        assert Path(got["origins"][name]).resolve() == Path(spec.origin).resolve(), name
+    own = got["path"].index(got["own"])
+    outer = [got["path"].index(d) for d in _outer_site_dirs() if d in got["path"]]
+    assert outer and own < min(outer), (own, outer)
 
 
 def test_wheel_contents(wheel):
@@ -124,10 +170,11 @@ def test_wheel_contents(wheel):
     assert "\nLicense-Expression: Apache-2.0\n" in meta
     lic = zipfile.ZipFile(wheel).read(f"fp8sim-{fp8sim.__version__}.dist-info/licenses/LICENSE").decode()
     assert lic == (ROOT / "LICENSE").read_text()
-    for extra in ("gpu-cuda12", "gpu-cuda13"):
+    for extra in ("gpu-cuda12", "gpu-cuda13", "hf"):
         assert f"\nProvides-Extra: {extra}\n" in meta
     assert 'cupy-cuda12x>=13; extra == "gpu-cuda12"' in meta
     assert 'cupy-cuda13x>=13.6; extra == "gpu-cuda13"' in meta
+    assert 'transformers>=4.40; extra == "hf"' in meta
 
 
 def test_installed_command_outside_checkout(wheel, tmp_path):
@@ -201,6 +248,46 @@ def test_uninstall_then_editable_install(wheel, tmp_path):
     assert p.returncode == 0, p.stderr
     where, version = p.stdout.split()
     assert Path(where).resolve() == (src / "fp8sim" / "__init__.py").resolve() and version == fp8sim.__version__
+
+
+def test_editable_install_seen_from_the_folder_that_contains_the_checkout(tmp_path):
+    """Issue #26: a checkout folder named ``fp8sim`` in the current folder (or on PYTHONPATH) shadows
+    an editable install of it: Python's path search takes the folder, which has no __init__.py, for an
+    empty namespace package before setuptools' editable finder is asked, and fp8sim's __init__ never
+    runs. The command must then stop with an error that says so, not run half set up; from any other
+    folder it works."""
+    _need_setuptools()
+    checkout = _copy_sources(tmp_path / "fp8sim")
+    py = _venv(tmp_path / "venv")
+    _pip("install", "--no-build-isolation", "--no-deps", "--no-index", "-e", str(checkout), python=py, cwd=tmp_path)
+    fp8 = py.parent / "fp8sim"
+    env = _clean_env(FP8SIM_CACHE_DIR=str(tmp_path / "cache"))
+    work = tmp_path / "work"
+    work.mkdir()
+    real = (checkout / "fp8sim" / "__init__.py").resolve()
+
+    for cwd in (work, checkout):  # elsewhere, and inside the checkout: the real package
+        p = _run([py, "-c", "import fp8sim; print(fp8sim.__file__)"], cwd, env)
+        assert p.returncode == 0 and Path(p.stdout.strip()).resolve() == real, p.stdout + p.stderr
+        v = _run([py, "-m", "fp8sim.cli", "--version"], cwd, env)
+        assert v.returncode == 0 and v.stdout.strip() == f"fp8sim {fp8sim.__version__}", v.stdout + v.stderr
+
+    p = _run([py, "-c", "import fp8sim; print(fp8sim.__file__)"], tmp_path, env)
+    assert p.returncode == 0, p.stderr
+    runs = [
+        _run([py, "-m", "fp8sim.cli", "round", "0.1", "--format", "e4m3"], tmp_path, env),
+        _run([fp8, "round", "0.1", "--format", "e4m3"], work, dict(env, PYTHONPATH=str(tmp_path))),
+    ]
+    if p.stdout.strip() == "None":  # shadowed (setuptools' editable finder, at least up to 84)
+        for r in runs:
+            assert r.returncode != 0 and r.stdout == "", r.stdout
+            assert "ImportError: fp8sim: Python took the folder " + str(checkout) in r.stderr, r.stderr[-2000:]
+            assert "empty namespace package" in r.stderr and "pip install ." in r.stderr
+        assert _numba_files(checkout) == []
+    else:  # an editable install that Python's path search finds: the real package, and the command works
+        assert Path(p.stdout.strip()).resolve() == real, p.stdout
+        for r in runs:
+            assert r.returncode == 0 and "0x1d" in r.stdout, r.stdout + r.stderr
 
 
 @pytest.mark.slow
@@ -422,6 +509,35 @@ def test_license_and_metadata_agree():
     assert text.lstrip().startswith("Apache License\n                           Version 2.0, January 2004")
     assert "END OF TERMS AND CONDITIONS" in text and "APPENDIX: How to apply the Apache License" in text
     assert len(re.findall(r"^\s+\d\. [A-Z]", text, re.M)) == 9  # sections 1-9 (Definitions ... Accepting Warranty)
+
+
+def test_every_example_import_has_an_extra():
+    """Issue #26: examples/hf_tiny.py imports transformers, which no extra provided. Its extra must
+    provide what it imports (torch and transformers), and the wheel must declare it."""
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    extras = meta["project"]["optional-dependencies"]
+    names = {re.match(r"[A-Za-z0-9_.-]+", r).group(0).lower() for r in extras["hf"]}
+    assert names == {"torch", "transformers"}, extras["hf"]
+    src = (ROOT / "examples" / "hf_tiny.py").read_text()
+    imported = set(re.findall(r"^\s*(?:import|from) (\w+)", src, re.M)) - set(sys.stdlib_module_names)
+    assert imported == {"torch", "transformers", "fp8sim"}, imported
+    assert 'pip install "fp8sim[hf]"' in src
+
+
+def test_hf_example_skips_with_a_message_without_transformers(tmp_path):
+    """Without transformers the example says what is missing and how to install it, and exits 0
+    (skipped) instead of a traceback. A ``transformers`` module that raises as a missing one does
+    stands in for an environment without it."""
+    (tmp_path / "transformers.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'transformers'\", name='transformers')\n"
+    )
+    env = _clean_env(PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT)]))
+    r = _run([sys.executable, ROOT / "examples" / "hf_tiny.py", "--tokens", "4"], tmp_path, env, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout == ""
+    missing = "transformers" if importlib.util.find_spec("torch") else "torch"  # it imports torch first
+    assert f"hf_tiny.py: skipped: it needs {missing}," in r.stderr and 'pip install "fp8sim[hf]"' in r.stderr
+    assert "Traceback" not in r.stderr
 
 
 def test_pre_commit_runs_the_static_checks():

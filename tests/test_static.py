@@ -24,6 +24,8 @@ SHARED_PRIVATE_MODULES = {
     "fp8sim._json",
     "fp8sim._buffers",
     "fp8sim._numba_cache",
+    "fp8sim._threads",
+    "fp8sim._fpenv",
     "fp8sim.training._detmath",
 }
 

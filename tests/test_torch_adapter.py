@@ -686,3 +686,50 @@ def test_train_torch_cli_module(tmp_path, capsys):
     )
     assert run(args, ["bf16"]) == 0
     assert "torch backend on cpu: 1 steps" in capsys.readouterr().out
+
+
+def _train_torch_cli(tmp_path, stderr_tty: bool) -> tuple[int, str, str]:
+    """``fp8sim train --backend torch`` (2 steps) in a subprocess, stdout a pipe (as in ``... | cat``),
+    stderr a pipe or a pseudo-terminal; returns the exit code, stdout and stderr."""
+    cmd = [sys.executable, "-m", "fp8sim.cli", "train", "--backend", "torch", "--recipes", "bf16", "--steps", "2"]
+    cmd += ["--fidelity", "fast", "--out", "o", "--force"]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    if not stderr_tty:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
+        return p.returncode, p.stdout, p.stderr
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 160, 0, 0))  # a 160-column terminal
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=slave, cwd=tmp_path, env=env)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 4096)
+        except OSError:  # EIO once the child has closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    out = p.stdout.read().decode() if p.stdout else ""
+    return p.wait(timeout=600), out, b"".join(chunks).decode(errors="replace")
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="needs a pseudo-terminal")
+def test_train_torch_cli_prints_no_step_lines_off_a_terminal(tmp_path):
+    # the README: progress appears on a terminal only. The torch backend printed a line per step on
+    # stdout, also into a pipe; now a tqdm bar on stderr, as the numpy backend's
+    code, out, err = _train_torch_cli(tmp_path, stderr_tty=False)
+    assert code == 0, err
+    assert "torch backend on cpu: 2 steps" in out
+    assert "step 1/2" not in out and "step 2/2" not in out, out
+    assert "step" not in err, err
+    code, out, err = _train_torch_cli(tmp_path, stderr_tty=True)  # `... | cat` on a terminal
+    assert code == 0, err
+    assert "step 1/2" not in out and "step 2/2" not in out, out
+    assert "train" in err and "2/2" in err, err  # the bar, on the terminal

@@ -11,13 +11,32 @@ Exit codes: 0 success, 1 the work failed (the message says why), 2 bad usage, 13
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import textwrap
 
-from ..formats import UnknownNameError
-from ..studies import TABLE_COLUMNS
-from . import experiments, identify, numbers, verify
-from .common import (
+# First, before any other fp8sim module: with an editable install (pip install -e), a folder named
+# fp8sim without __init__.py that comes first on sys.path (the checkout, seen from the folder that
+# contains it; or one on PYTHONPATH) is imported as an empty namespace package ``fp8sim``, and fp8sim's
+# own __init__ never runs (setuptools' editable finder is asked only after Python's path search). The
+# submodules would still load, through that finder, and the command would run half set up (numba's
+# cache inside the package, for one). Say so instead.
+_parent = sys.modules.get(__name__.rpartition(".")[0])
+if _parent is not None and getattr(_parent, "__file__", None) is None:
+    raise ImportError(
+        f"fp8sim: Python took the folder {os.pathsep.join(getattr(_parent, '__path__', []))} (no __init__.py; "
+        "first on sys.path: the current folder, or PYTHONPATH) for an empty namespace package named fp8sim, "
+        f"so the installed fp8sim ({os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}) never ran. "
+        "This happens with an editable install (pip install -e) used from the folder that contains the "
+        "checkout: run from another folder (the checkout itself works), take that folder off PYTHONPATH, "
+        "or install with `pip install .`"
+    )
+
+from .._fpenv import ieee_env  # noqa: E402
+from ..formats import UnknownNameError  # noqa: E402
+from ..studies import TABLE_COLUMNS  # noqa: E402
+from . import experiments, identify, numbers, verify  # noqa: E402
+from .common import (  # noqa: E402
     COMMANDS,
     Interrupted,
     UsageError,
@@ -30,8 +49,8 @@ from .common import (
     granularity_list,
     progress_enabled,
 )
-from .experiments import SWEEP_CSV
-from .numbers import load_float_npy
+from .experiments import SWEEP_CSV  # noqa: E402
+from .numbers import load_float_npy  # noqa: E402
 
 __all__ = [
     "main",
@@ -96,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     _configure, fn, _help, _epilog = COMMANDS[args.command]
     try:
-        return int(fn(args) or 0)
+        with ieee_env():  # every command computes in the IEEE default floating-point environment
+            return int(fn(args) or 0)
     except (UsageError, UnknownNameError) as e:
         print(f"fp8sim {args.command}: error: {e}", file=sys.stderr)
         return 2

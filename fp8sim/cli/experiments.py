@@ -225,9 +225,20 @@ def _sweep(args) -> int:
     return 0
 
 
+class _SweepHelpFormatter(DefaultsFormatter):
+    """:class:`DefaultsFormatter` that adds ``(default: ...)`` only where it tells something: not to a
+    help that already states its default, nor for a default of None or a flag's False."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if "(default" in text or action.default is None or action.default is False:
+            return text
+        return super()._get_help_string(action)
+
+
 @_sweep.arguments
 def _sweep_args(p):
-    p.formatter_class = DefaultsFormatter
+    p.formatter_class = _SweepHelpFormatter
     p.add_argument("name", choices=["granularity"], help="which sweep")
     p.add_argument(
         "--distributions",
@@ -351,7 +362,8 @@ def _train_args(p):
         choices=report.FIDELITIES,
         default="exact",
         help="GEMM accumulation: exact (default; bit-exact tensor-core model, fixed-order float64 sums "
-        "elsewhere: the same numbers on every machine) or fast (float32 BLAS: machine-dependent)",
+        "elsewhere: the same numbers on every machine) or fast (float32 BLAS sums: machine-dependent, "
+        "not bit-exact, and slower than exact for the recipes that promote partial sums)",
     )
     p.add_argument(
         "--jobs",

@@ -20,6 +20,10 @@ save ``b_scale=sb.t().cpu()`` with ``layout="nk"``.
 
 from __future__ import annotations
 
+import zipfile
+import zlib
+from typing import Any
+
 import numpy as np
 
 from .common import check_in_file, command, emit_json
@@ -34,29 +38,51 @@ EXAMPLE = (
 )
 
 
+def _member(z, path: str, key: str) -> np.ndarray:
+    """The array ``key`` of the archive ``z`` (ValueError naming the file and the entry when numpy
+    cannot read it: a damaged or truncated member, an object array)."""
+    try:
+        return z[key]
+    except ValueError as e:
+        if "allow_pickle" in str(e) or "pickle" in str(e).lower():
+            why = "an object array (pickled Python objects); store numeric arrays and plain strings"
+        else:
+            why = f"damaged or truncated ({e})"
+        raise ValueError(f"{path}: entry {key!r} cannot be read: {why}") from None
+    except (OSError, EOFError, zipfile.BadZipFile, zlib.error) as e:
+        raise ValueError(f"{path}: entry {key!r} cannot be read: damaged or truncated ({e})") from None
+
+
 def load_identify_npz(path: str) -> dict:
     """The keyword arguments of :func:`fp8sim.identify` stored in ``path`` (ValueError naming the
     file for a missing or malformed entry)."""
     try:
         z = np.load(path, allow_pickle=False)
     except Exception as e:  # noqa: BLE001 - any unreadable file: one message
-        raise ValueError(f"{path}: not a readable .npz file ({type(e).__name__}: {e})") from None
+        why = " ".join(str(e).split())
+        if "pickle" in why.lower():
+            why = "a .npy file holding an object array (pickled Python objects), not a .npz archive"
+        raise ValueError(f"{path}: not a readable .npz file ({type(e).__name__}: {why})") from None
+    if not isinstance(z, np.lib.npyio.NpzFile):
+        shape = getattr(z, "shape", None)
+        raise ValueError(
+            f"{path}: a single .npy array (shape {shape}) renamed .npz, not a .npz archive of named arrays "
+            "(save a, b, y with numpy.savez; see --help)"
+        )
     with z:
-        if not hasattr(z, "files"):
-            raise ValueError(f"{path}: a .npy array, not a .npz archive of named arrays")
         missing = [k for k in ("a", "b", "y") if k not in z.files]
         if missing:
             raise ValueError(f"{path}: missing array(s) {', '.join(missing)} (needs a, b, y; see --help)")
         unknown = sorted(set(z.files) - {"a", "b", "y", "a_scale", "b_scale", "a_format", "b_format", "layout"})
         if unknown:
             raise ValueError(f"{path}: unknown entries {', '.join(unknown)} (see --help for the format)")
-        out = {k: z[k] for k in ("a", "b", "y")}
+        out: dict[str, Any] = {k: _member(z, path, k) for k in ("a", "b", "y")}
         for k in ("a_scale", "b_scale"):
             if k in z.files:
-                out[k] = z[k]
+                out[k] = _member(z, path, k)
         for k in ("a_format", "b_format", "layout"):
             if k in z.files:
-                v = z[k]
+                v = _member(z, path, k)
                 if v.ndim != 0 or v.dtype.kind not in "US":
                     raise ValueError(f"{path}: {k} must be a string (a 0-d array), got {v.dtype} of shape {v.shape}")
                 out[k] = str(v.item() if v.dtype.kind == "U" else v.item().decode())

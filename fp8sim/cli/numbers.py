@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import numpy as np
 
@@ -29,6 +30,10 @@ from .common import (
 __all__ = ["load_float_npy"]
 
 _MODE_NAMES = ", ".join(MODES)
+#: a negative number as Python's float() reads it (exponents, inf, nan, underscores): for argparse, a value
+_NEGATIVE_NUMBER = re.compile(
+    r"^-(?:(?:\d[\d_]*\.?[\d_]*|\.\d[\d_]*)(?:[eE][-+]?\d[\d_]*)?|inf|infinity|nan)$", re.IGNORECASE
+)
 
 
 # ---------------------------------------------------------------- info
@@ -54,11 +59,46 @@ def _info(args) -> int:
         emit_json(rows if len(rows) > 1 or args.all else rows[0])
         return 0
     if len(rows) == 1 and not args.all:
-        for k, v in rows[0].items():
+        for k, v in _shown_summary(fmts[0], rows[0], long=True).items():
             print(f"{k:>14}: {fmt_value(v)}")
         return 0
-    print(format_table(rows))
+    print(format_table([_shown_summary(f, r, long=False) for f, r in zip(fmts, rows)]))
     return 0
+
+
+def _nan_text(fmt, long: bool) -> str:
+    """Which codes of ``fmt`` are NaN, for the text output of ``info``: the style's name, or the codes
+    themselves where the style's name would mislead (E8M0's reserved all-ones exponent is one code,
+    0xff: it has no mantissa to make an IEEE-like NaN)."""
+    style = fmt.nan.value
+    width = (fmt.bits + 3) // 4
+
+    def hexs(codes) -> str:
+        return " and ".join(f"0x{c:0{width}x}" for c in codes)
+
+    if style == "none":
+        return "none"
+    signs = (0, fmt.sign_mask) if fmt.signed else (0,)
+    if style == "ieee" and fmt.mbits == 0:
+        codes = hexs(fmt.nan_code | s for s in signs)
+        return f"{codes} (the all-ones code)" if long else codes
+    if not long:
+        return style
+    if style == "ieee":
+        rest = "mantissa nonzero; mantissa 0 is inf" if fmt.inf else "any mantissa"
+        return f"ieee (exponent all ones, {rest})"
+    if style == "ocp":
+        return f"ocp ({hexs(fmt.nan_code | s for s in signs)} only)"
+    return f"fnuz ({hexs([fmt.sign_mask])} only, the negative-zero code)"
+
+
+def _shown_summary(fmt, row: dict, long: bool) -> dict:
+    """``fmt.summary()`` as ``info`` prints it: NaN as :func:`_nan_text`, and no smallest subnormal for a
+    format without subnormals (the JSON output keeps ``numpy.finfo``'s convention, the smallest value)."""
+    row = dict(row, nan=_nan_text(fmt, long))
+    if not fmt.subnormals:
+        row["min_subnormal"] = "none (no subnormals)" if long else "none"
+    return row
 
 
 @_info.arguments
@@ -74,7 +114,7 @@ def _info_args(p):
     "round",
     "round numbers to a format and show values, codes and errors",
     "examples:\n  fp8sim round 0.1 300 -431.99999999999994 --format e4m3\n"
-    "  fp8sim round 1.3 --format e5m2 --mode rtz --json\n"
+    "  fp8sim round 1.3 -1e-9 --format e5m2 --mode rtz --json\n"
     "  fp8sim round 1e6 --format e4m3 --saturate",
 )
 def _round(args) -> int:
@@ -118,7 +158,10 @@ def _round(args) -> int:
 
 @_round.arguments
 def _round_args(p):
-    p.add_argument("values", nargs="+", help="numbers to round (float64)")
+    # argparse reads "-1e-9", "-inf" (any negative number but plain "-5" and "-0.5") as an unknown option;
+    # round has no option that looks like a number, so every such token is a value
+    p._negative_number_matcher = _NEGATIVE_NUMBER
+    p.add_argument("values", nargs="+", help="numbers to round (float64; negative ones too, e.g. -1e-9 -inf)")
     p.add_argument("-f", "--format", default="e4m3", help="target format (default e4m3)")
     p.add_argument("-m", "--mode", default="rne", help=f"rounding mode: {_MODE_NAMES} or an alias (default rne)")
     p.add_argument("--saturate", action="store_true", help="clamp overflow to +-max (OCP satfinite)")

@@ -5,7 +5,9 @@ The numpy trainer stays the default and needs no torch; this module imports torc
 
 from __future__ import annotations
 
-from .common import UsageError, check_out_dir, emit_json
+import sys
+
+from .common import UsageError, check_out_dir, emit_json, progress_enabled
 
 __all__ = ["add_arguments", "run"]
 
@@ -42,20 +44,33 @@ def run(args, names: list[str]) -> int:
         raise UsageError(f"--steps must be positive, got {args.steps}")
     check_out_dir(args.out, force=args.force, writes=TORCH_TRAIN_FILES)
 
-    def progress(name: str, step: int, loss: float) -> None:
-        if not args.quiet and not args.json:
-            print(f"{name} step {step + 1}/{args.steps} loss {loss:.4f}", flush=True)
+    # progress as the numpy backend shows it: a bar on stderr, on a terminal only and never with --quiet
+    # (stdout keeps the results alone, also when it is a pipe)
+    bar = None
+    if progress_enabled(args):
+        from tqdm.auto import tqdm
 
-    summary = train(
-        names,
-        args.steps,
-        args.seed,
-        args.out,
-        device=args.device,
-        fidelity=args.fidelity,
-        corpus=getattr(args, "corpus", "synthetic"),
-        on_step=progress,
-    )
+        bar = tqdm(total=args.steps * len(names), desc="train", unit="step", file=sys.stderr, dynamic_ncols=True)
+
+    def progress(name: str, step: int, loss: float) -> None:
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix_str(f"{name} step {step + 1}/{args.steps} loss {loss:.4f}", refresh=False)
+
+    try:
+        summary = train(
+            names,
+            args.steps,
+            args.seed,
+            args.out,
+            device=args.device,
+            fidelity=args.fidelity,
+            corpus=getattr(args, "corpus", "synthetic"),
+            on_step=progress,
+        )
+    finally:
+        if bar is not None:
+            bar.close()
     if args.json:
         emit_json(summary)
         return 0

@@ -2,9 +2,41 @@
 
 from __future__ import annotations
 
+import zipfile
+
 from .common import command, emit_json
 
 __all__: list[str] = []
+
+#: the longest reason the text output prints on a file's line (the JSON output keeps all of it)
+REASON_CHARS = 240
+
+#: the skip reason of the library captures (tests/data/libraries_sm90.npz)
+LIBRARIES = (
+    "not a tensor-core capture: library GEMM captures of gpu.capture_libraries (cuBLASLt, Triton and "
+    "DeepSeek-V3 kernels on whole FP8 GEMMs); tests/test_libraries.py reproduces them "
+    "(python3 -m pytest tests/test_libraries.py)"
+)
+
+
+def _is_library_capture(path: str) -> bool:
+    """Whether ``path`` is an archive of ``python -m gpu.capture_libraries``: no ``meta``, members named
+    ``<set>/<array>`` with the kernels' outputs under ``<set>/y/<kernel>`` (read from the zip's
+    directory only; anything unreadable is left to the capture reader)."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            names = zf.namelist()
+    except (OSError, zipfile.BadZipFile, ValueError):
+        return False
+    return "meta.npy" not in names and bool(names) and all("/" in n for n in names) and any("/y/" in n for n in names)
+
+
+def _one_line(text: str) -> str:
+    """``text`` on one line of at most :data:`REASON_CHARS` characters (its length said when cut)."""
+    text = " ".join(text.split())
+    if len(text) <= REASON_CHARS:
+        return text
+    return text[: REASON_CHARS - 40].rstrip() + f" ... ({len(text)} characters; --json has all)"
 
 
 # --------------------------------------------------------------- verify
@@ -16,8 +48,9 @@ __all__: list[str] = []
     "  fp8sim verify capture.npz --model mma.sync   # score another model\n"
     "Every output is compared as a float32 bit pattern, NaN sign and payload included.\n"
     "Scores single-instruction captures, chained tile loops and probe captures; other\n"
-    "hardware captures (the GEMM oracle's gemm_sm90.npz, the cvt sweep) are listed as\n"
-    "skipped with the command that checks them.  A summary table ends the output.\n"
+    "hardware captures (the GEMM oracle's gemm_sm90.npz, the cvt sweep, the library\n"
+    "captures libraries_sm90.npz) are listed as skipped with the command that checks\n"
+    "them.  A summary table ends the output.\n"
     "Exit code 0 when every scored output matches bit for bit (and at least one was\n"
     "scored), 1 when any output differs or any file cannot be read or scored (each such\n"
     "file is named with the reason), 2 for bad usage such as an unknown --model.",
@@ -35,6 +68,8 @@ def _verify(args) -> int:
         row: dict = {"file": path, "status": "error", "kind": None, "instruction": None, "formats": None}
         row.update(n=0, mismatches=0, match_rate=None, first_mismatches=[], reason=None)
         try:
+            if _is_library_capture(path):
+                raise tensorcore.NotTensorCoreCaptureError(f"{path}: {LIBRARIES}", "libraries")
             r = tensorcore.verify_capture(path, model=model)
         except tensorcore.NotTensorCoreCaptureError as e:
             row.update(status="skipped", kind=e.kind, reason=str(e).removeprefix(f"{path}: "))
@@ -93,7 +128,7 @@ def _verify_print_row(r: dict) -> None:
         for m in r["first_mismatches"]:
             print(f"    {m['output']}{list(m['index'])}: hardware {m['hardware_bits']} model {m['model_bits']}")
     else:
-        print(f"{r['file']}: {'skipped' if r['status'] == 'skipped' else 'ERROR'}: {r['reason']}")
+        print(f"{r['file']}: {'skipped' if r['status'] == 'skipped' else 'ERROR'}: {_one_line(r['reason'] or '')}")
 
 
 @_verify.arguments

@@ -43,6 +43,7 @@ import ml_dtypes
 import numba
 import numpy as np
 
+from .._fpenv import ieee_defaults
 from .._inputs import flag, float_input
 from ..formats import Format, NanStyle
 from ..formats import format as _lookup
@@ -135,6 +136,7 @@ def run_kernel(flat: np.ndarray, out: np.ndarray, mode: int, params: FormatParam
 
 
 @lru_cache(maxsize=256)
+@ieee_defaults
 def memo_table(fmt: Format, mode: int, params: FormatParams, want_code: bool) -> np.ndarray:
     """round_one on the 2 * 65536 float32 representatives (key << 16 | sticky), see kernels.lookup16:
     the results (codes or values) of every float32 input of a format with <= 6 mantissa bits."""
@@ -169,6 +171,7 @@ def _run(flat, fmt, m, params, key, want_code, dtype):
     return out.astype(dtype, copy=False)
 
 
+@ieee_defaults
 def round(
     x,
     fmt,
@@ -204,6 +207,7 @@ def round(
     return _run(flat, fmt, m, params, key, False, arr.dtype).reshape(arr.shape)
 
 
+@ieee_defaults
 def encode(
     x,
     fmt,
@@ -231,6 +235,7 @@ def encode(
 
 
 @cache
+@ieee_defaults
 def decode_table(fmt: Format) -> np.ndarray:
     """Values of all ``2**bits`` codes of a format of at most 16 bits (read-only)."""
     fmt = _lookup(fmt)
@@ -269,6 +274,7 @@ def _decode_arith(codes: np.ndarray, fmt: Format) -> np.ndarray:
     return val
 
 
+@ieee_defaults
 def decode(codes, fmt) -> np.ndarray:
     """Values of the codes of ``fmt``: float32, or float64 where float32 cannot hold the format.
 
@@ -320,6 +326,7 @@ def sr_random_bits(seed, n: int) -> np.ndarray:
     return z ^ (z >> np.uint64(31))
 
 
+@ieee_defaults
 def cast(x, fmt, *, canonical_nan: bool = False) -> np.ndarray:
     """``x`` rounded once, to nearest even, to a wide format (bf16, fp16, tf32, fp32, ...), in ``x``'s
     float dtype: the one output/operand cast of the GEMM pipeline and the training emulation.

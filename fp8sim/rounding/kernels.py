@@ -34,6 +34,7 @@ from numba import njit, prange, types
 from numba.core.errors import NumbaIRAssumptionWarning
 from numba.extending import overload
 
+from .. import _fpenv
 from .modes import RoundMode
 
 __all__ = [
@@ -313,6 +314,10 @@ def _store_overload(out, i, v, c):
     return store_code
 
 
+#: elements per parallel chunk of the array kernels (each chunk sets the floating-point environment once)
+CHUNK = 4096
+
+
 @njit(inline="always")
 def _loop(x, out, mode, p, key):
     (
@@ -331,28 +336,32 @@ def _loop(x, out, mode, p, key):
         flush,
         sr_bits,
     ) = p
-    for i in prange(x.size):
-        r = random_bits(key, i) if mode == SR else np.uint64(0)
-        v, c = round_one(
-            x[i],
-            r,
-            mode,
-            mbits,
-            emin,
-            emax,
-            max_code,
-            max_val,
-            sign_mask,
-            signed,
-            has_neg_zero,
-            subnormals,
-            inf_code,
-            nan_code,
-            saturate_overflow,
-            flush,
-            sr_bits,
-        )
-        _store(out, i, v, c)  # the output dtype picks value or code at compile time
+    n = x.size
+    for ch in prange((n + CHUNK - 1) // CHUNK):
+        fe = _fpenv.enter()  # the IEEE default environment on whichever thread runs the chunk
+        for i in range(ch * CHUNK, min(n, (ch + 1) * CHUNK)):
+            r = random_bits(key, i) if mode == SR else np.uint64(0)
+            v, c = round_one(
+                x[i],
+                r,
+                mode,
+                mbits,
+                emin,
+                emax,
+                max_code,
+                max_val,
+                sign_mask,
+                signed,
+                has_neg_zero,
+                subnormals,
+                inf_code,
+                nan_code,
+                saturate_overflow,
+                flush,
+                sr_bits,
+            )
+            _store(out, i, v, c)  # the output dtype picks value or code at compile time
+        _fpenv.leave(fe)
 
 
 # One thin entry point per mode: the mode reaches the inlined mechanism as a

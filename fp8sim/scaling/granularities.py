@@ -244,7 +244,8 @@ class MX(Group):
 class NVFP4(Group):
     """Two-level scaling (NVIDIA NVFP4): an E4M3 scale per ``size`` (16) elements times an FP32 per-tensor scale.
 
-    ``global_scale = amax(x) * 2**margin / (fmt.max * 448)`` (float32);
+    ``global_scale = amax(x) * 2**margin / (fmt.max * 448)`` (float32; NaN elements are skipped in
+    ``amax(x)``, so a NaN makes only its block's scale NaN);
     block scale ``s_b = round_e4m3_rne_satfinite(amax_b / fmt.max / global_scale)``
     (a nonzero block whose scale would round to 0 gets E4M3's smallest
     subnormal 2**-9); elements ``round(x / (s_b * global_scale))``.  Layout

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from .. import _fpenv
 from ..intrinsics import borrow
 from .policy import scale_one
 from .rows import amax_seg, round_row, top32
@@ -39,6 +40,7 @@ def apply(x3, xi3, scales3, bm, bn, glob, mode, p, key, tab, use_tab, fp, use_fa
     B, M, N = x3.shape
     x3, xi3, scales3, codes3, tab = borrow(x3), borrow(xi3), borrow(scales3), borrow(codes3), borrow(tab)
     for t in prange(B * M):
+        fe = _fpenv.enter()  # the IEEE default environment on whichever thread runs the row
         b = t // M
         i = t - b * M
         srow = scales3[b, i // bm]
@@ -64,6 +66,7 @@ def apply(x3, xi3, scales3, bm, bn, glob, mode, p, key, tab, use_tab, fp, use_fa
             False,  # given scales: a NaN element may meet a finite scale
             0,
         )
+        _fpenv.leave(fe)
 
 
 @njit(parallel=True, cache=True)
@@ -79,6 +82,7 @@ def fused(x3, xi3, bm, bn, mode, p, key, sp, glob, ignore_nan, tab, use_tab, fp,
     x3, xi3, codes3, tab = borrow(x3), borrow(xi3), borrow(codes3), borrow(tab)
     scales3, amax3 = borrow(scales3), borrow(amax3)
     for t in prange(B * nbm):
+        fe = _fpenv.enter()
         b = t // nbm
         ib = t - b * nbm
         i0 = ib * bm
@@ -113,6 +117,7 @@ def fused(x3, xi3, bm, bn, mode, p, key, sp, glob, ignore_nan, tab, use_tab, fp,
                 not ignore_nan,  # NaN made its block's scale NaN
                 0,
             )
+        _fpenv.leave(fe)
 
 
 @njit(inline="always")
@@ -141,6 +146,7 @@ def fused_bands32(
     scales3, amax3 = borrow(scales3), borrow(amax3)
     nch = max(1, min(nb, nch))
     for c in prange(nch):
+        fe = _fpenv.enter()
         t0 = c * nb // nch
         t1 = (c + 1) * nb // nch
         acc = np.zeros(N, dtype=np.int32)  # the column-wise max of this band ...
@@ -203,6 +209,7 @@ def fused_bands32(
                 for j in range(j0 + (i1 - i0), j1):  # the next band has more rows (this one is ragged)
                     _colmax(xi3[bq, j], nxt)
                 acc, nxt = nxt, acc
+        _fpenv.leave(fe)
 
 
 #: the memo table argument where the table path is not taken
@@ -215,11 +222,13 @@ def amax_rows(xi2, bn, ignore_nan, out):
     R, N = xi2.shape
     nbn = (N + bn - 1) // bn
     for i in prange(R):
+        fe = _fpenv.enter()
         xirow = xi2[i]
         for jb in range(nbn):
             lo = jb * bn
             hi = min(lo + bn, N)
             out[i, jb] = amax_seg(xirow, lo, hi, ignore_nan)
+        _fpenv.leave(fe)
 
 
 @njit(inline="always")
@@ -238,6 +247,7 @@ def amax_cols(x3, bm, ignore_nan, out):
     CW = 512
     nch = (N + CW - 1) // CW
     for t in prange(B * nch):
+        fe = _fpenv.enter()
         b = t // nch
         c0 = (t - b * nch) * CW
         c1 = min(c0 + CW, N)
@@ -247,6 +257,7 @@ def amax_cols(x3, bm, ignore_nan, out):
             for i in range(ib * bm, min((ib + 1) * bm, M)):
                 for j in range(c0, c1):
                     out[b, ib, j] = _amax_update(out[b, ib, j], x3[b, i, j], ignore_nan)
+        _fpenv.leave(fe)
 
 
 @njit(parallel=True, cache=True)
@@ -255,6 +266,7 @@ def dequant(codes3, table, scales3, bm, bn, glob, out3):
     B, M, N = codes3.shape
     nbn = (N + bn - 1) // bn
     for t in prange(B * M):
+        fe = _fpenv.enter()
         b = t // M
         i = t - b * M
         ib = i // bm
@@ -266,3 +278,4 @@ def dequant(codes3, table, scales3, bm, bn, glob, out3):
             os_ = orow[jb * bn : min(jb * bn + bn, N)]
             for j in range(cs.size):
                 os_[j] = np.float64(table[cs[j]]) * s
+        _fpenv.leave(fe)

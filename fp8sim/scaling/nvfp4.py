@@ -9,7 +9,9 @@ that a weight and its transpose quantize to the same values: the Fprop GEMM (K a
 16x16 block's amax in place of the 1x16 group's:
 
 * tensor scale ``g = fp32(amax(x) * 2**margin / (fmt.max * 448))`` (``amax / (6 * 448)`` for E2M1,
-  TransformerEngine's ``s_global``), clamped to fp32's normal range;
+  TransformerEngine's ``s_global``), clamped to fp32's normal range; NaN elements are skipped in
+  ``amax(x)`` (TransformerEngine's amax kernel reduces with ``fmaxf`` / ``__hmax``, which skip NaN),
+  so a NaN makes only its own block's scale NaN (see docs/scaling.md);
 * block scale ``s_b = E4M3_rne_satfinite(amax_b / (fmt.max * g))`` from the exact ratio (a nonzero
   block whose scale would round to 0 gets 2**-9);
 * element ``round(x / (s_b * g))``, one rounding of the exact quotient, RNE or stochastic
@@ -54,7 +56,8 @@ def nvfp4_global_scale(amax: float, fmt="e2m1", margin: int = 0) -> float:
     a = float(amax)
     if a != a:
         return float("nan")
-    g = float(np.float32(a / (f.max * E4M3.max) * 2.0 ** int(margin)))
+    with np.errstate(over="ignore"):  # beyond float32 (a float64 amax): inf, clamped to FLT_MAX below
+        g = float(np.float32(a / (f.max * E4M3.max) * 2.0 ** int(margin)))
     return min(max(g, 2.0**-126), FLT_MAX)
 
 
@@ -97,7 +100,7 @@ def quantize_nvfp4_2d(
     _B, M, N, bm, bn = view_of(g, shape)
     x3 = xc.reshape(1, M, N)
     if amax is None:
-        t_amax = tensor_amax(x3, False)
+        t_amax = tensor_amax(x3, True)  # NaN skipped, as TransformerEngine's amax: a NaN reaches only its block
     else:
         if np.size(amax) != 1:
             raise ValueError("quantize_nvfp4_2d: amax must be a scalar (the tensor amax)")
@@ -115,6 +118,8 @@ def quantize_nvfp4_2d(
     apply(
         x3, bit_view(x3), scales3, bm, bn, glob, np.int64(int(rm)), p, key, NO_TABLE, False, NO_FAST, False, sp, codes
     )
+    with np.errstate(over="ignore"):  # a float64 amax beyond float32's range is stored as inf
+        amax32 = np.asarray(amax3, dtype=np.float32).reshape(nbm, nbn)
     return QuantizedTensor(
         codes=codes.reshape(shape),
         scales=scales3.reshape(nbm, nbn),
@@ -125,7 +130,7 @@ def quantize_nvfp4_2d(
         scale_format="e4m3",
         scale_rounding=None,
         global_scale=float(glob),
-        amax=np.asarray(amax3, dtype=np.float32).reshape(nbm, nbn),
+        amax=amax32,
         block_shape=g.block_shape(shape),
         mode=rm.label,
         _view=(1, M, N, bm, bn),

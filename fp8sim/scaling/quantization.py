@@ -8,6 +8,7 @@ import numba
 import numpy as np
 
 from .. import _buffers
+from .._fpenv import ieee_defaults
 from .._inputs import flag, float_input
 from ..formats import E4M3, NanStyle
 from ..formats import format as _lookup_format
@@ -32,6 +33,7 @@ def input_array(x) -> tuple[np.ndarray, np.dtype]:
     return np.ascontiguousarray(arr), dt
 
 
+@ieee_defaults
 def quantize(
     x,
     fmt,
@@ -73,7 +75,8 @@ def quantize(
     amax : optional amax to use instead of measuring ``x``: a scalar or an
         array broadcastable to the scales' shape (for NVFP4: the tensor amax)
     seed : int or numpy Generator for stochastic rounding
-    ignore_nan : skip NaN when measuring amax (default: a NaN makes its block NaN)
+    ignore_nan : skip NaN when measuring amax (default: a NaN makes its block NaN; the NVFP4 tensor
+        amax skips NaN either way, so that a NaN reaches only its block)
 
     Returns
     -------
@@ -134,12 +137,15 @@ def quantize(
 
     if isinstance(g, NVFP4):
         if amax is None:
-            t_amax = tensor_amax(x3, ignore_nan)
+            # NaN is skipped in the tensor amax (TransformerEngine's amax kernel takes fmaxf / __hmax,
+            # which return the other operand of a NaN): a NaN reaches only its own block's scale
+            t_amax = tensor_amax(x3, True)
         else:
             t_amax = float(np.asarray(amax, dtype=np.float64).reshape(-1)[0]) if np.size(amax) == 1 else None
             if t_amax is None:
                 raise ValueError("nvfp4: amax must be a scalar (the tensor amax)")
-        glob = float(np.float32(t_amax / (fmt.max * E4M3.max) * 2.0 ** int(margin))) if t_amax == t_amax else np.nan
+        with np.errstate(over="ignore"):  # beyond float32 (a float64 amax): inf, clamped to FLT_MAX below
+            glob = float(np.float32(t_amax / (fmt.max * E4M3.max) * 2.0 ** int(margin))) if t_amax == t_amax else np.nan
         glob = min(max(glob, 2.0**-126), FLT_MAX) if glob == glob else glob
         sp = sp._replace(margin=np.int64(0))  # margin went into the tensor scale
     if isinstance(g, DelayedScaling):
@@ -155,7 +161,8 @@ def quantize(
         else:
             scales3 = np.ones((1, 1, 1), dtype=np.float32)
         apply(x3, bit_view(x3), scales3, bm, bn, 1.0, mode_arg, p, key, tab, use_tab, fp, use_fast, sp, codes)
-        amax3: np.ndarray = np.full((1, 1, 1), cur, dtype=np.float32)
+        with np.errstate(over="ignore"):  # a float64 amax beyond float32's range is stored as inf
+            amax3: np.ndarray = np.full((1, 1, 1), cur, dtype=np.float32)
         g.record(cur)
     elif amax is None and bn > 1 and B * nbm >= 4 and sf not in ("bf16", "e4m3") and not isinstance(g, NVFP4):
         scales3 = np.empty((B, nbm, nbn), dtype=np.float32)  # float32 values, as in the row case
@@ -189,7 +196,8 @@ def quantize(
         s = finish_scales(s, sf, sr)
         scales3 = s.astype(np.float32).reshape(B, nbm, nbn)
         apply(x3, bit_view(x3), scales3, bm, bn, glob, mode_arg, p, key, tab, use_tab, fp, use_fast, sp, codes)
-        amax3 = np.asarray(amax3, dtype=np.float32)
+        with np.errstate(over="ignore"):  # a float64 amax beyond float32's range is stored as inf
+            amax3 = np.asarray(amax3, dtype=np.float32)
     sshape = g.scale_shape(shape)
     return QuantizedTensor(
         codes=codes.reshape(shape),

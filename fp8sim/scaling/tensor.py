@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .._fpenv import ieee_defaults
 from ..formats import CATALOGUE, Format
 from ..rounding import cast, decode, decode_table, encode
 from .granularities import Granularity, view_of
@@ -17,10 +18,11 @@ __all__ = ["QuantizedTensor", "dequantize"]
 
 def _cast_once(v: np.ndarray, dtype: np.dtype) -> np.ndarray:
     """float64 ``v`` rounded once (to nearest even) to ``dtype``: numpy's float16/float32 casts do that;
-    ml_dtypes' casts from float64 go through float32 (rounding twice), so ml_dtypes targets are rounded
-    by fp8sim's kernel to their format and then converted exactly."""
+    ml_dtypes' casts from float64 go through float32 before ml_dtypes 0.7 (rounding twice), so ml_dtypes
+    targets are rounded by fp8sim's kernel to their format and then converted exactly."""
     if dtype.kind == "f":
-        return v.astype(dtype)
+        with np.errstate(over="ignore"):  # beyond the target's range: +-inf, as the IEEE cast gives it
+            return v.astype(dtype)
     fmt = next((f for f in CATALOGUE.values() if f.ml_dtype is not None and np.dtype(f.ml_dtype) == dtype), None)
     if fmt is None:
         raise TypeError(
@@ -82,10 +84,12 @@ class QuantizedTensor:
             return encode(self.scales.astype(np.float64), "e4m3")
         return None
 
+    @ieee_defaults
     def values(self) -> np.ndarray:
         """The element values ``decode(codes)`` (float32, before scaling)."""
         return decode(self.codes, self.format)
 
+    @ieee_defaults
     def expanded_scales(self) -> np.ndarray:
         """float64 array of ``shape``: each element's ``scale * global_scale``."""
         s = self.scales.astype(np.float64)
@@ -94,11 +98,12 @@ class QuantizedTensor:
         s = s[tuple(slice(0, n) for n in self.shape)]
         return s * self.global_scale
 
+    @ieee_defaults
     def dequantize(self, dtype=None) -> np.ndarray:
         """``decode(codes) * scale * global_scale``, computed exactly in float64 then rounded
         once (to nearest even) to ``dtype`` (default: the original dtype): a float dtype or an
         ml_dtypes type of a catalogue format such as bfloat16 (which is rounded by fp8sim, not by
-        ml_dtypes' cast, which goes through float32); other dtypes raise TypeError."""
+        ml_dtypes' cast, which goes through float32 before ml_dtypes 0.7); other dtypes raise TypeError."""
         dtype = np.dtype(self.dtype if dtype is None else dtype)
         B, M, N, bm, bn = self._view if self._view is not None else view_of(self.granularity, self.shape)
         table = decode_table(self.format)

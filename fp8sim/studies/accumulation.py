@@ -245,11 +245,40 @@ def _headline(rows, Ks) -> dict:
     return out
 
 
+def _same_as(curves: dict) -> dict:
+    """``{label: earlier label}`` for each curve whose points (every panel's) are those of an earlier
+    curve: drawn on top of it, it would hide; the legend names the pair instead."""
+    out: dict = {}
+    labels = list(curves)
+    for i, a in enumerate(labels):
+        for b in labels[:i]:
+            if b not in out and curves[a] == curves[b]:
+                out[a] = b
+                break
+    return out
+
+
+#: the look of the i-th of several curves that may lie on one another: later curves are drawn
+#: thinner with smaller hollow markers, so a curve under another one still shows around it
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+
+
+def curve_style(i: int, n: int) -> dict:
+    return {
+        "marker": _MARKERS[i % len(_MARKERS)],
+        "ms": 3.0 + 4.0 * (n - 1 - i) / max(1, n - 1),
+        "mfc": "none",
+        "lw": 0.9 + 1.6 * (n - 1 - i) / max(1, n - 1),
+    }
+
+
 def _figures(rows, out_dir) -> list[str]:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    from ..plotting import k_axis, log_line, zero_lane, zero_legend_handle
 
     paths = []
     dists = list(dict.fromkeys(r["distribution"] for r in rows))
@@ -259,77 +288,101 @@ def _figures(rows, out_dir) -> list[str]:
         fig, axes = plt.subplots(1, len(dists), figsize=(5 * len(dists), 4.2), sharey=True, squeeze=False)
         return fig, axes[0]
 
+    def finish(fig, axes, legend, zeros, name):
+        handles, labels = legend
+        if zeros:
+            zero_lane(axes[0])  # (the panels share y)
+            handles = [*handles, zero_legend_handle()]
+            labels = [*labels, handles[-1].get_label()]
+        axes[-1].legend(handles, labels, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+        fig.tight_layout()
+        p = os.path.join(out_dir, name)
+        fig.savefig(p, dpi=110)
+        plt.close(fig)
+        paths.append(p)
+
+    def points(part, dist, config, promote, metric):
+        return sorted(
+            (r["K"], r[metric])
+            for r in rows
+            if r["part"] == part
+            and r["distribution"] == dist
+            and r["config"] == config
+            and (promote is None or r["promote_every"] == promote)
+        )
+
     for metric, label in (("median_rel", "median"), ("max_rel", "max")):
         fig, axes = panels()
-        for ax, dist in zip(axes, dists):
-            for model in MODELS:
+        keys = [(m, p) for m in MODELS for p in (0, 128)]
+        curves = {k: [points("accumulator", d, k[0], k[1], metric) for d in dists] for k in keys}
+        twin = _same_as(curves)
+        zeros = 0
+        for ax, (d_i, dist) in zip(axes, enumerate(dists)):
+            for i, model in enumerate(MODELS):
                 for promote, ls in ((0, "-"), (128, "--")):
-                    pts = sorted(
-                        (r["K"], r[metric])
-                        for r in rows
-                        if r["part"] == "accumulator"
-                        and r["distribution"] == dist
-                        and r["config"] == model
-                        and r["promote_every"] == promote
-                    )
-                    if pts:
-                        ax.loglog(
-                            *zip(*pts), ls, marker="o", ms=3, label=f"{model}" + (" + promote 128" if promote else "")
-                        )
+                    pts = curves[(model, promote)][d_i]
+                    if not pts:
+                        continue
+                    name = f"{model}" + (" + promote 128" if promote else "")
+                    if (model, promote) in twin:
+                        m, p = twin[(model, promote)]
+                        name += f" (= {m}{' + promote 128' if p else ''})"
+                    slot = 2 * i + (promote > 0) - (len(keys) - 1) / 2
+                    _, nz = log_line(
+                        ax, [k for k, _ in pts], [v for _, v in pts], ls, color=f"C{i}", zero_dodge=0.07 * slot, zero_filled=bool(promote),
+                        label=name, **curve_style(i, len(MODELS)),
+                    )  # fmt: skip
+                    zeros += nz
             if dist == "uniform":
                 ax.axhline(DEEPSEEK_V3_K4096_NO_PROMOTION_MAX, color="k", lw=0.8, ls=":")
                 ax.annotate(
                     "DeepSeek-V3: 'nearly 2%' at K=4096", (130, DEEPSEEK_V3_K4096_NO_PROMOTION_MAX * 1.15), fontsize=7
                 )
+            ax.set_yscale("log")
+            k_axis(ax, [r["K"] for r in rows if r["part"] == "accumulator"])
             ax.set_title(f"{dist} inputs (e4m3, no scaling)")
             ax.set_xlabel("K")
-            ax.set_xscale("log", base=2)
-            ax.grid(True, which="both", alpha=0.3)
+            ax.grid(True, which="major", alpha=0.3)
         axes[0].set_ylabel(f"{label} elementwise relative error vs fp64")
-        axes[-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
-        fig.tight_layout()
-        p = os.path.join(out_dir, f"accumulator_{label}_vs_K.png")
-        fig.savefig(p, dpi=110)
-        plt.close(fig)
-        paths.append(p)
+        finish(fig, axes, axes[0].get_legend_handles_labels(), zeros, f"accumulator_{label}_vs_K.png")
     if recs:
         fig, axes = panels()
-        for ax, dist in zip(axes, dists):
-            for name in recs:
-                pts = sorted(
-                    (r["K"], r["rel_frobenius"])
-                    for r in rows
-                    if r["part"] == "recipe" and r["distribution"] == dist and r["config"] == name
-                )
-                ax.loglog(*zip(*pts), marker="o", ms=3, label=name)
+        curves = {n: [points("recipe", d, n, None, "rel_frobenius") for d in dists] for n in recs}
+        twin = _same_as(curves)
+        zeros = 0
+        for ax, (d_i, dist) in zip(axes, enumerate(dists)):
+            for i, name in enumerate(recs):
+                pts = curves[name][d_i]
+                if not pts:
+                    continue
+                shown = name + (f" (= {twin[name]})" if name in twin else "")
+                _, nz = log_line(ax, [k for k, _ in pts], [v for _, v in pts], "-", color=f"C{i}", zero_dodge=0.07 * (i - (len(recs) - 1) / 2),
+                                 label=shown, **curve_style(i, len(recs)))  # fmt: skip
+                zeros += nz
+            ax.set_yscale("log")
+            k_axis(ax, [r["K"] for r in rows if r["part"] == "recipe"])
             ax.set_title(f"recipes, {dist} inputs")
             ax.set_xlabel("K")
-            ax.set_xscale("log", base=2)
-            ax.grid(True, which="both", alpha=0.3)
+            ax.grid(True, which="major", alpha=0.3)
         axes[0].set_ylabel("relative Frobenius error vs fp64 GEMM")
-        axes[-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
-        fig.tight_layout()
-        p = os.path.join(out_dir, "recipes_vs_K.png")
-        fig.savefig(p, dpi=110)
-        plt.close(fig)
-        paths.append(p)
+        finish(fig, axes, axes[0].get_legend_handles_labels(), zeros, "recipes_vs_K.png")
     fig, ax = plt.subplots(figsize=(6, 4.2))
-    for dist in dists:
+    zeros = 0
+    for i, dist in enumerate(dists):
         for metric, ls in (("median_rel", "-"), ("max_rel", "--")):
             pts = sorted(
                 (r["promote_every"], r[metric]) for r in rows if r["part"] == "promotion" and r["distribution"] == dist
             )
-            ax.loglog(*zip(*pts), ls, marker="o", ms=3, label=f"{dist} {metric.split('_')[0]}")
-    ax.set_xscale("log", base=2)
+            _, nz = log_line(ax, [k for k, _ in pts], [v for _, v in pts], ls, color=f"C{i}", marker="o", ms=3,
+                             zero_dodge=0.07 * (2 * i + (metric == "max_rel") - (2 * len(dists) - 1) / 2),
+                             zero_filled=metric == "max_rel", label=f"{dist} {metric.split('_')[0]}")  # fmt: skip
+            zeros += nz
+    ax.set_yscale("log")
+    k_axis(ax, [r["promote_every"] for r in rows if r["part"] == "promotion"])
     K = max(r["K"] for r in rows if r["part"] == "promotion")
     ax.set_title(f"wgmma, promotion interval sweep (K = {K})")
     ax.set_xlabel("promotion interval P (K elements)")
     ax.set_ylabel("elementwise relative error vs fp64")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
-    fig.tight_layout()
-    p = os.path.join(out_dir, "promotion_interval.png")
-    fig.savefig(p, dpi=110)
-    plt.close(fig)
-    paths.append(p)
+    ax.grid(True, which="major", alpha=0.3)
+    finish(fig, [ax], ax.get_legend_handles_labels(), zeros, "promotion_interval.png")
     return paths

@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..formats import format as _get_format
-from .accumulation import DISTRIBUTIONS, errors, make_inputs
+from .accumulation import DISTRIBUTIONS, curve_style, errors, make_inputs
 
 __all__ = ["ACCUMULATORS", "KS", "KS_QUICK", "COLUMNS", "compare_accumulators", "fnuz_codes", "plot", "section"]
 
@@ -97,33 +97,53 @@ def compare_accumulators(
 
 def plot(rows: list[dict], path) -> str:
     """Draw the median elementwise relative error against K, one panel per input family, a line per
-    accumulator and promotion (:func:`compare_accumulators`' rows); write ``path`` (PNG), return it."""
+    accumulator (colour; each drawn thinner than the one before, so that a curve under another still
+    shows) and promotion (dashed: every 128) (:func:`compare_accumulators`' rows); exact
+    zeros are markers on the bottom edge (:func:`fp8sim.plotting.log_line`); the legend is a row of its
+    own below the panels, so it covers no curve.  Writes ``path`` (PNG), returns it."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from ..plotting import k_axis, log_line, zero_lane, zero_legend_handle
+
     dists = list(dict.fromkeys(r["distribution"] for r in rows))
     proms = sorted({r["promote_every"] for r in rows})
-    fig, axes = plt.subplots(1, len(dists), figsize=(5 * len(dists), 4), sharey=True, squeeze=False)
+    fig, axes = plt.subplots(1, len(dists), figsize=(5 * len(dists), 4.3), sharey=True, squeeze=False)
+    zeros = 0
+    n_lines = len(ACCUMULATORS) * len(proms)
     for ax, dist in zip(axes[0], dists):
-        for (label, *_), color in zip(ACCUMULATORS, ("C0", "C1", "C2")):
-            for p in proms:
-                sel = [
-                    r
+        for i, ((label, *_), color) in enumerate(zip(ACCUMULATORS, ("C0", "C1", "C2"))):
+            for j, p in enumerate(proms):
+                sel = sorted(
+                    (r["K"], r["median_rel"])
                     for r in rows
                     if r["distribution"] == dist and r["accumulator"] == label and r["promote_every"] == p
-                ]
-                ks = [r["K"] for r in sel]
-                med = [max(r["median_rel"], 1e-10) for r in sel]
-                ax.loglog(ks, med, "--" if p else "-", color=color, marker="o", ms=3,
-                          label=f"{label}{f', promote {p}' if p else ''}")  # fmt: skip
+                )
+                if not sel:
+                    continue
+                ks, med = zip(*sel)
+                slot = i * len(proms) + j - (n_lines - 1) / 2
+                _, nz = log_line(ax, ks, med, "--" if p else "-", color=color, **curve_style(i, len(ACCUMULATORS)),
+                                 zero_dodge=0.13 * slot, zero_filled=bool(p),
+                                 label=f"{label}{f', promote {p}' if p else ''}")  # fmt: skip
+                zeros += nz
+        ax.set_yscale("log")
+        k_axis(ax, [r["K"] for r in rows if r["distribution"] == dist])
         ax.set_title(f"{dist} inputs (e4m3, amax 240)")
         ax.set_xlabel("K")
-        ax.grid(True, which="both", alpha=0.3)
-    axes[0][0].set_ylabel("median relative error vs fp64 (floor 1e-10)")
-    axes[0][-1].legend(fontsize=7)
-    fig.tight_layout()
+        ax.grid(True, which="major", alpha=0.3)
+    axes[0][0].set_ylabel("median relative error vs fp64")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    if zeros:
+        zero_lane(axes[0][0])  # (the panels share y)
+        handles.append(zero_legend_handle("exactly 0, in the lane at the bottom (filled: promote 128)"))
+        labels.append(handles[-1].get_label())
+    ncol = min(len(handles), 4)
+    fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize=8, frameon=False)
+    rows_of_legend = -(-len(handles) // ncol)
+    fig.tight_layout(rect=(0, 0.055 * rows_of_legend + 0.01, 1, 1))
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return str(path)

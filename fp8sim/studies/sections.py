@@ -29,6 +29,7 @@ __all__ = [
     "html_table",
     "mode_errors",
     "capture_dir",
+    "capture_set",
     "study_formats",
     "study_rounding",
     "study_granularity",
@@ -90,7 +91,11 @@ def study_formats(out: Path, quick: bool, progress: bool, opts: dict) -> dict:
 
 
 def mode_errors(names=ROUNDING_FORMATS, n: int = 200_000, seed: int = 0, modes=MODES) -> list[dict]:
-    """Mean relative error and relative bias of each rounding mode on log-normal data."""
+    """Mean and maximum relative error and relative bias of each rounding mode on log-uniform data: ``n``
+    magnitudes ``2**u``, ``u`` uniform in ``[max(log2(min_normal), log2(max) - 8), log2(max) - 0.5]`` (the
+    binades just below each format's maximum, or its whole normal range where that is narrower), with
+    random signs.  The errors are of the signed values; the bias,
+    ``sum(round(|x|) - |x|) / sum(|x|)``, of the magnitudes (so a directed mode's bias keeps its sign)."""
     rng = np.random.default_rng(seed)
     rows = []
     for name in names:
@@ -147,7 +152,9 @@ def study_rounding(out: Path, quick: bool, progress: bool, opts: dict) -> dict:
     text = (
         "<p>Worst relative error of round-to-nearest-even in each binade: flat at the unit roundoff "
         "2<sup>-(m+1)</sup> in the normal range, growing in the subnormal range. "
-        "Right: mean error and bias of each rounding mode on positive log-normal data. Directed modes are "
+        "Right: mean error and bias of each rounding mode on log-uniform data (magnitudes spread evenly over "
+        "up to 8 binades below each format's maximum, random signs; the bias is taken on the magnitudes). "
+        "Directed modes are "
         "biased by about half an ulp; stochastic rounding (sr) is unbiased at the cost of a larger mean error. "
         + (f"{first.upper()}: {', '.join(quoted)}." if quoted else "")
         + "</p>"
@@ -178,9 +185,15 @@ def study_granularity(out: Path, quick: bool, progress: bool, opts: dict) -> dic
             rows.append(row)
     text = (
         "<p>SQNR (dB, higher is better) of every granularity with its default scale policy, on synthetic "
-        "tensors that mimic LLM training data. Per-tensor scaling lets one outlier set the scale for "
-        "everything; 1x128 tiles (DeepSeek-V3 activations) and 128x128 blocks (weights) confine it.</p>"
-        + html_table(rows)
+        "tensors that mimic LLM training data. SQNR is energy-weighted: on the outlier-channel activations "
+        "the 100x channels dominate signal and noise alike, so every granularity lands near the format's limit "
+        "(about 31 dB for e4m3), except where an outlier is its block's amax: the fp32 scale maps each block's "
+        "amax onto the format's maximum (448 for e4m3), so that element comes back without FP8 rounding error "
+        "(only the float32 rounding of the scale). Fine tiles (1x128, DeepSeek-V3's activation tiles, and g32) "
+        "make that case common, and that is all of their gain: leaving out each tile's largest element, 1x128 "
+        "tiles give no more SQNR than one per-tensor scale; they do not confine the outlier's error. One "
+        "per-tensor scale does its damage in underflow instead (<code>fraction_underflow</code> in the CSV: "
+        "most elements of the log-normal gradients flush to zero).</p>" + html_table(rows)
     )
     return {
         "id": "granularity",
@@ -225,35 +238,94 @@ def capture_dir() -> Path | None:
     return shipped if has_npz(shipped) else None
 
 
-def study_tensorcore(out: Path, quick: bool, progress: bool, opts: dict) -> dict:
-    """Hardware-validation status of each accumulator model: re-score the captures shipped with fp8sim."""
-    from .. import tensorcore
+def _shown(path: Path) -> str:
+    """A folder as the report shows it: relative to the current folder when inside it, else by name
+    (the page never shows where this machine keeps its files)."""
+    try:
+        here, cwd = path.resolve(), Path.cwd().resolve()
+    except OSError:
+        return path.name
+    return os.path.relpath(here, cwd) if here.is_relative_to(cwd) else path.name
 
-    data = Path(opts["captures"]) if opts.get("captures") else capture_dir()
-    files = sorted(data.glob("*_e4m3*.npz")) if data is not None else []
-    files = [f for f in files if not f.name.startswith(("probes", "cvt"))]
+
+def capture_set(data: Path, origin: str = "auto") -> tuple[str, str]:
+    """Which hardware captures the folder ``data`` holds, as ``(kind, HTML label)``: ``"shipped"`` (the
+    compact subset installed with the package, ``fp8sim/captures``), ``"checkout"`` (``tests/data`` of
+    a source checkout: the full set) or ``"folder"`` (any other folder, named by ``origin``:
+    ``"config"`` for the report config's ``[tensorcore] captures``, ``"env"`` for ``$FP8SIM_CAPTURES``)."""
+    package = Path(__file__).resolve().parent.parent  # fp8sim/
+    here = data.resolve()
+    if here == (package / "captures").resolve():
+        return "shipped", "the compact subset shipped with fp8sim (<code>fp8sim/captures</code>)"
+    root = here.parent.parent
+    if (
+        here.name == "data"
+        and here.parent.name == "tests"
+        and (root / "pyproject.toml").is_file()
+        and (root / "fp8sim" / "__init__.py").is_file()
+    ):
+        return "checkout", "the full set of the source checkout (<code>tests/data</code>)"
+    via = {
+        "config": " (the config's <code>[tensorcore] captures</code>)",
+        "env": " (<code>$FP8SIM_CAPTURES</code>)",
+    }.get(origin, "")
+    return "folder", f"the folder <code>{html.escape(_shown(data))}</code>{via}"
+
+
+def study_tensorcore(out: Path, quick: bool, progress: bool, opts: dict) -> dict:
+    """Hardware-validation status of each accumulator model: re-score every single-instruction and
+    chained-tile capture (all format pairs) of :func:`capture_dir`, or of the folder of the option
+    ``captures``; the text names the capture set (:func:`capture_set`) and the outputs scored."""
+    from .. import tensorcore
+    from ..tensorcore.captures import CaptureError, capture_kind, load_capture
+
+    if opts.get("captures"):
+        data: Path | None = Path(opts["captures"])
+        origin = "config"
+    else:
+        data = capture_dir()
+        origin = "env" if os.environ.get("FP8SIM_CAPTURES") else "auto"
+    files = sorted(data.glob("*.npz")) if data is not None else []
     if quick:
         files = [f for f in files if "normal" in f.name or "special" in f.name]
     per_model: dict = {}
+    n_files = n_outputs = 0
     for f in files:
-        r = tensorcore.verify_capture(f)
+        try:
+            cap = load_capture(f)
+        except CaptureError:
+            continue  # not a capture at all: the folder may hold other files
+        if capture_kind(cap) not in ("mma", "chain"):
+            continue  # probes, the GEMM oracle's and the cvt sweep's captures: fp8sim verify scores them
+        r = tensorcore.verify_capture(f)  # (by path: an error names the file)
         m = r["meta"].get("instruction", "?")
         agg = per_model.setdefault(m, {"model": m, "captures": 0, "outputs": 0, "bit_exact": 0})
         agg["captures"] += 1
         agg["outputs"] += r["n"]
         agg["bit_exact"] += r["n"] - r["mismatches"]
+        n_files += 1
+        n_outputs += r["n"]
     rows = [dict(v, match_rate=v["bit_exact"] / v["outputs"]) for v in per_model.values()]
     if rows:
+        assert data is not None
+        _, label = capture_set(data, origin)
         csv_path = write_csv(out / "tensorcore_validation.csv", rows)
+        subset = " (quick run: the normal and inf/NaN inputs only)" if quick else ""
         text = (
-            "<p>Each accumulator model against outputs captured from an NVIDIA H200 (sm_90) and "
-            "shipped with fp8sim (<code>fp8sim verify FILE</code>): the share of outputs reproduced "
-            "bit for bit.</p>" + html_table(rows)
+            f"<p>Each accumulator model against outputs captured from an NVIDIA H200 (sm_90): "
+            f"{n_outputs:,} outputs of {n_files} single-instruction and chained-tile captures{subset}, "
+            f"from {label}. The table gives the share reproduced bit for bit "
+            f"(<code>fp8sim verify FILE</code> scores one file; it also scores the probe captures).</p>"
+            + html_table(rows)
         )
         csvs = [csv_path]
     else:
-        where = f"in {html.escape(str(data))}" if opts.get("captures") else "next to this installation"
-        text, csvs = f"<p>No tensor-core captures (<code>*_e4m3*.npz</code>) found {where}.</p>", []
+        where = (
+            f"in {html.escape(_shown(data))}"
+            if origin == "config" and data is not None
+            else "next to this installation"
+        )
+        text, csvs = f"<p>No tensor-core captures (<code>*.npz</code> of gpu.capture) found {where}.</p>", []
     return {
         "id": "tensorcore",
         "title": "Tensor-core models: hardware validation",

@@ -9,6 +9,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
+from .._fpenv import ieee_defaults
 from ..formats import Format
 from ..formats import format as _get_format
 from . import archs
@@ -144,7 +145,13 @@ def _legacy_ok(model: AccumulatorModel) -> bool:
 def _fmt(name, which: str) -> Format:
     if name is None:
         raise TypeError(f"{which} is required (e.g. 'e4m3' or 'e5m2')")
-    return _get_format(name)
+    f = _get_format(name)
+    if not f.signed or not f.subnormals:  # E8M0: unsigned powers of two without zero, a scale format
+        raise ValueError(
+            f"{which} {f.name!r} is not an operand format (unsigned, without zero: a scale-only format); "
+            "block scales go in a_scale / b_scale with scale_format='ue8m0' or 'ue4m3'"
+        )
+    return f
 
 
 def _scales(a_scale, b_scale, scale_format, M: int, N: int, K: int):
@@ -204,8 +211,10 @@ def _general(a, b, c, fa, fb, model: AccumulatorModel, promote: int, scales, out
     return d
 
 
-def _select(instruction, arch, fa: Format, fb: Format, K: int, out_format, scale):
-    """(model, returns float16) for the instruction name or model and the operands."""
+def _select(instruction, arch, fa: Format, fb: Format, K: int, out_format, scale, one: bool = False):
+    """(model, returns float16) for the instruction name or model and the operands; ``K`` is the
+    product's (one instruction's for :func:`mma`, ``one``; the whole product's for :func:`matmul`),
+    a base name resolved by :func:`fp8sim.tensorcore.archs.resolve` for both."""
     if out_format not in ("f32", "f16"):
         raise ValueError(f"out_format must be 'f32' or 'f16', got {out_format!r}")
     if isinstance(instruction, AccumulatorModel):
@@ -221,6 +230,9 @@ def _select(instruction, arch, fa: Format, fb: Format, K: int, out_format, scale
             row = archs.resolve(arch, instruction, fa, fb, K, out_format, scale)
             if row is None:
                 raise ValueError(f"no {arch} {instruction} model for {fa.name} x {fb.name}, K={K}, {out_format}")
+            if one and K not in row.ks:
+                ks = " or ".join(map(str, row.ks))
+                raise ValueError(f"a must have K = {ks} for one {arch} {instruction} kind::{row.kind}, got K = {K}")
             return row.model, out_format == "f16"
         except ValueError:
             key = (arch.strip().lower(), instruction.strip().lower())
@@ -318,6 +330,7 @@ def _operands(a, b, a_format, b_format, a_scale, b_scale, scale_format, scales_i
     return fa, fb, a, b, M, N, K, sc
 
 
+@ieee_defaults
 def mma(
     a,
     b,
@@ -368,7 +381,7 @@ def mma(
     float32 array (..., M, N) (float16 for ``out_format="f16"``).  NaN is the canonical NaN.
     """
     fa, fb, a, b, M, N, K, sc = _operands(a, b, a_format, b_format, a_scale, b_scale, scale_format)
-    model, out16 = _select(instruction, arch, fa, fb, K, out_format, None if sc is None else sc[:2])
+    model, out16 = _select(instruction, arch, fa, fb, K, out_format, None if sc is None else sc[:2], one=True)
     a = _check_any_codes(a, "a", fa)
     b = _check_any_codes(b, "b", fb)
     if K != model.instr_k and not (K % model.block == 0 and K < model.instr_k):
@@ -379,6 +392,7 @@ def mma(
     return _dispatch(a, b, c, fa, fb, model, 0, sc, out16)
 
 
+@ieee_defaults
 def matmul(
     a,
     b,
@@ -410,26 +424,16 @@ def matmul(
     unchanged (zeros without C).
     """
     fa, fb, a, b, M, N, K, sc = _operands(a, b, a_format, b_format, a_scale, b_scale, scale_format, False)
-    # the instruction's K: the first of the instruction's shapes that divides K
-    k_instr = K_INSTR
-    if not isinstance(instruction, AccumulatorModel) and isinstance(arch, str) and isinstance(instruction, str):
-        ks = [k for r in archs.rows_for(arch, instruction) for k in r.ks]
-        fits = [k for k in ks if K % k == 0 and (sc is None or k % sc[1] == 0 or sc[1] % k == 0)]
-        for k in fits:
-            try:
-                archs.resolve(arch, instruction, fa, fb, k, out_format, None if sc is None else sc[:2])
-                k_instr = k
-                break
-            except ValueError:
-                continue
-    elif isinstance(instruction, AccumulatorModel):
-        k_instr = instruction.instr_k
-    model, out16 = _select(instruction, arch, fa, fb, k_instr, out_format, None if sc is None else sc[:2])
+    # the rule of mma (archs.resolve): the instruction with the largest K that divides K
+    model, out16 = _select(instruction, arch, fa, fb, K, out_format, None if sc is None else sc[:2])
     a = _check_any_codes(a, "a", fa)
     b = _check_any_codes(b, "b", fb)
-    step = model.block if not _legacy_ok(model) else K_INSTR
+    # the sm90 kernel runs whole instructions of 32; a model the general kernels also compute runs
+    # there for the other multiples of its block (sm89 mma.sync m16n8k16), as mma runs one k16
+    legacy_only = _legacy_ok(model) and general_kernel_ok(model) is not None
+    step = K_INSTR if legacy_only else model.block
     if K % step:
-        if _legacy_ok(model):
+        if _legacy_ok(model) and step == K_INSTR:
             raise ValueError(f"K must be a multiple of 32 (one instruction per 32 elements), got {K}")
         raise ValueError(f"K must be a multiple of {step} (the {model.name!r} instruction's block), got {K}")
     promote = 0

@@ -1,16 +1,19 @@
 """The tensor-core instruction table: per (arch, instruction, kind) the operand formats, shapes,
 block scales, accumulator model and evidence.
 
-:func:`fp8sim.tensorcore.mma` picks a row from ``arch``, the base ``instruction`` (``"mma.sync"``,
-``"wgmma"``, ``"tcgen05.mma"``, ``"mfma"``), the operand formats, ``K``, ``out_format`` and the
-scales (:func:`resolve`).  The kind follows from them:
+:func:`fp8sim.tensorcore.mma` and :func:`fp8sim.tensorcore.matmul` pick a row from ``arch``, the
+base ``instruction`` (``"mma.sync"``, ``"wgmma"``, ``"tcgen05.mma"``, ``"mfma"``), the operand
+formats, ``K``, ``out_format`` and the scales, by one rule (:func:`resolve`: the row taking the
+operands whose instruction K is the largest that divides ``K``).  The kind follows from them:
 
 * no scales: e4m3/e5m2 pairs are the plain FP8 instruction (sm89, sm90, sm120), any pair with an
   FP6/FP4 operand (or any pair on sm100) is ``kind::f8f6f4``; bf16/fp16 is ``kind::f16``, tf32
   ``kind::tf32``; e4m3fnuz/e5m2fnuz on ``cdna3`` is the fp8/bf8 MFMA;
 * scales with K = 32 (one UE8M0 scale per 32): ``kind::mxf8f6f4``;
 * scales with K = 64 and e2m1 operands: ``kind::mxf4`` (UE8M0 per 32) or ``kind::mxf4nvf4``
-  (UE8M0 per 16, UE4M3 per 16).
+  (UE8M0 per 16, UE4M3 per 16); e2m1 x e2m1 with UE8M0 per 32 is ``kind::mxf4`` whenever K is a
+  multiple of 64 (a ``matmul`` of K = 128 is two ``kind::mxf4`` instructions), ``kind::mxf8f6f4``
+  otherwise (K = 32, 96, ...).
 
 Each row's model is a preset of :mod:`fp8sim.tensorcore.registry` (the key in :attr:`Row.key`).
 :func:`models_listing` is the text of ``fp8sim info --models``.
@@ -174,26 +177,38 @@ def rows_for(arch: str, instruction: str) -> list[Row]:
 def resolve(
     arch: str, instruction: str, a_format: Format, b_format: Format, K: int, out_format: str, scale: tuple | None
 ) -> Row | None:
-    """The row of ``instruction`` on ``arch`` for these operands, or ``None`` if ``instruction`` is
-    no base name there.  ``scale`` is ``None`` or ``(scale Format, block)``.  Operands the
-    instruction does not take raise ``ValueError`` naming what it takes."""
+    """The row of ``instruction`` on ``arch`` for these operands and a product of length ``K``, or
+    ``None`` if ``instruction`` is no base name there.  ``scale`` is ``None`` or ``(scale Format,
+    block)``.  Operands the instruction does not take raise ``ValueError`` naming what it takes.
+
+    The one rule of :func:`fp8sim.tensorcore.mma` (``K`` = one instruction's) and
+    :func:`fp8sim.tensorcore.matmul` (``K`` = the whole product's): among the rows that take the
+    formats, ``out_format`` and the scales, the one with the largest instruction K that divides
+    ``K`` (and divides, or is a multiple of, the scale block); the first such row of the table on a
+    tie.  So e2m1 operands with UE8M0 scales per 32 run ``kind::mxf4`` (k64) when K is a multiple
+    of 64 and ``kind::mxf8f6f4`` (k32) otherwise, in both functions."""
     rows = rows_for(arch, instruction)
     if not rows:
         return None
     fa, fb = a_format.name, b_format.name
     sc = None if scale is None else (scale[0].name, scale[1])
-    cands = [
-        r
-        for r in rows
-        if fa in r.formats
-        and fb in r.formats
-        and (not r.same_format or fa == fb)
-        and r.out == out_format
-        and K in r.ks
-        and ((sc is None and not r.scales) or (sc is not None and sc in r.scales))
-    ]
-    if cands:
-        return cands[0]
+    best: tuple[int, Row] | None = None
+    for r in rows:
+        if not (
+            fa in r.formats
+            and fb in r.formats
+            and (not r.same_format or fa == fb)
+            and r.out == out_format
+            and ((sc is None and not r.scales) or (sc is not None and sc in r.scales))
+        ):
+            continue
+        for k in r.ks:
+            if K % k or (sc is not None and k % sc[1] and sc[1] % k):
+                continue
+            if best is None or k > best[0]:
+                best = (k, r)
+    if best is not None:
+        return best[1]
     what = f"{fa} x {fb}, K={K}, out_format={out_format!r}" + (
         ", no scales" if sc is None else f", scales {sc[0]} per {sc[1]}"
     )

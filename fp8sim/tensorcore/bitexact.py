@@ -18,6 +18,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
+from .. import _fpenv
 from ..rounding import RoundMode
 from .model import FP32, FUSED
 
@@ -342,6 +343,7 @@ def matmul_kernel(a, b, c, promote, order, clsA, sgA, sigA, expA, vA, fa, clsB, 
     nb, M, K = a.shape
     N = b.shape[1]
     for r in prange(nb * M):
+        fe = _fpenv.enter()  # the IEEE default environment on whichever thread runs the row
         bi = r // M
         i = r % M
         arow = a[bi, i]
@@ -371,3 +373,4 @@ def matmul_kernel(a, b, c, promote, order, clsA, sgA, sigA, expA, vA, fa, clsB, 
                 if cnt > 0:
                     tot = np.float32(float(tot) + part)
                 out[bi, i, j] = float(tot)
+        _fpenv.leave(fe)

@@ -13,14 +13,20 @@ block-scaled instruction (``"sm100:tcgen05.mma.kind::mxf8f6f4"``, ``"...kind::mx
 3. an NVFP4 tensor scale in the epilogue, ``fp32(fp32(gx * gw) * acc)`` (the GEMM's alpha);
 4. the output cast of the recipe (:func:`fp8sim.gemm_core.cast_output`).
 
-K is padded with zero codes (scale 1) to the instruction's K: zero elements add nothing.
+K is padded with zero codes (scale 1) to the instruction's K: zero elements add nothing.  A K that
+is not a multiple of the scale block ends in a partial block, which the MMA reads zero-padded to
+the block: its scale is the amax-based scale of its real elements (:func:`fp8sim.quantize` gives
+it, also when all of K is shorter than one block), and the padding's zeros add nothing, so the
+GEMM equals the one on operands zero-padded along K to whole blocks.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["block_scaled_gemm", "block_scaled_gemm_quantized", "scale_codes"]
+from .._fpenv import ieee_defaults
+
+__all__ = ["block_scaled_gemm", "block_scaled_gemm_quantized", "scale_codes", "k_block", "instruction_blocks"]
 
 _E8M0_ONE = 127
 _UE4M3_ONE = 0x38
@@ -49,6 +55,33 @@ def scale_codes(scales: np.ndarray, scale_format: str) -> np.ndarray:
     raise ValueError(f"scale_format must be 'ue8m0' or 'ue4m3', got {scale_format!r}")
 
 
+def k_block(q, k_axis: int) -> int:
+    """The extent along K (axis ``k_axis`` of the 2-D ``q``) of one scale block of the
+    :class:`~fp8sim.QuantizedTensor` ``q``: its granularity's (32 for ``"mx32"``, 16 for ``"nvfp4"``
+    and 16x16 tiles), not ``q.block_shape``, which is clamped to K when K is shorter than a block.
+    Such a K is one partial block, as the MMA sees it zero-padded to the block: its scale, from the
+    amax of its real elements, is the padded block's."""
+    from ..scaling import Group, Tile
+
+    g = q.granularity
+    if isinstance(g, Tile):
+        return int(g.cols if k_axis == 1 else g.rows)
+    if isinstance(g, Group) and g.axis % 2 == k_axis:
+        return int(g.size)
+    return int(q.block_shape[k_axis])
+
+
+def instruction_blocks(accumulator: str, scale_format: str) -> tuple[int, ...]:
+    """The scale blocks along K (in elements) that the block-scaled MMA ``accumulator``
+    (``"sm100:tcgen05.mma.kind::mxf8f6f4"``, ...) takes with ``scale_format`` (``"ue8m0"`` or
+    ``"ue4m3"``)."""
+    from . import archs
+
+    arch, _, key = accumulator.partition(":")
+    rows = [r for r in archs.ROWS if (r.arch, r.key) == (arch, key)]
+    return tuple(sorted({b for r in rows for s, b in r.scales if ("ue8m0" if s == "e8m0" else s) == scale_format}))
+
+
 def _pad(a: np.ndarray, n: int, axis: int, fill: int) -> np.ndarray:
     if n <= 0:
         return a
@@ -57,6 +90,7 @@ def _pad(a: np.ndarray, n: int, axis: int, fill: int) -> np.ndarray:
     return np.concatenate([a, np.full(shape, fill, a.dtype)], axis=axis)
 
 
+@ieee_defaults
 def block_scaled_gemm(x, w, recipe, *, return_parts: bool = False):
     """``x (M, K) @ w (K, N)`` on a block-scaled recipe (scales inside the MMA); see the module.
 
@@ -91,13 +125,15 @@ def block_scaled_gemm(x, w, recipe, *, return_parts: bool = False):
     return block_scaled_gemm_quantized(qx, qw, r, return_parts=return_parts)
 
 
+@ieee_defaults
 def block_scaled_gemm_quantized(qa, qb, recipe, *, return_parts: bool = False):
     """``qa (M, K) @ qb (K, N)`` (:class:`~fp8sim.QuantizedTensor` operands quantized along K) on the
     block-scaled MMA of ``recipe`` (:attr:`Recipe.block_scaled`): the codes and their UE4M3 / UE8M0
     scale codes into :func:`fp8sim.tensorcore.matmul` (K zero-padded to the instruction's K, with
     scale 1), the NVFP4 tensor scales as alpha ``fp32(fp32(ga * gb) * acc)``, the recipe's output
-    cast.  The operands' scale blocks along K must both be the instruction's block (16 for NVFP4, 32
-    for MX); along the other axis any block works (16x16 NVFP4 weights included).  The operand
+    cast.  The operands' scale blocks along K (their granularities', :func:`k_block`; a K shorter than
+    one block is one partial block) must both be the instruction's block (16 for NVFP4, 32 for MX,
+    ValueError otherwise); along the other axis any block works (16x16 NVFP4 weights included).  The operand
     formats are the tensors' own (a gradient in another format than the recipe's ``x_format``).
     Returns as :func:`block_scaled_gemm`.
     """
@@ -123,9 +159,15 @@ def block_scaled_gemm_quantized(qa, qb, recipe, *, return_parts: bool = False):
     model = get_model(r.accumulator)  # type: ignore[arg-type]
     M, K = qa.shape
     N = qb.shape[1]
-    bx, bw = qa.block_shape[1], qb.block_shape[0]
+    bx, bw = k_block(qa, 1), k_block(qb, 0)
     if bx != bw:
         raise ValueError(f"block_scaled_gemm: x and w have scale blocks of {bx} and {bw} along K; the MMA takes one")
+    takes = instruction_blocks(r.accumulator, sfmt)  # type: ignore[arg-type]
+    if bx not in takes:
+        raise ValueError(
+            f"block_scaled_gemm: the operands have {sfmt} scale blocks of {bx} along K; {r.accumulator!r} takes "
+            f"{sfmt} scales per {' or '.join(map(str, takes)) or 'no block'} elements"
+        )
     sa = np.repeat(scale_codes(qa.scales, sfmt), qa.block_shape[0], axis=0)[:M]
     sb = np.repeat(scale_codes(qb.scales, sfmt), qb.block_shape[1], axis=1)[:, :N]
     pad = -K % model.instr_k
@@ -137,7 +179,8 @@ def block_scaled_gemm_quantized(qa, qb, recipe, *, return_parts: bool = False):
     sb = np.ascontiguousarray(_pad(sb, nks - sb.shape[0], 0, one))
     acc = matmul(a, b, a_format=qa.format.name, b_format=qb.format.name, instruction=model, a_scale=sa, b_scale=sb,
                  scale_format=sfmt)  # fmt: skip
-    alpha = np.float32(np.float32(qa.global_scale) * np.float32(qb.global_scale))
+    with np.errstate(over="ignore"):  # two tensor scales near FLT_MAX: their fp32 product is inf, as on the GPU
+        alpha = np.float32(np.float32(qa.global_scale) * np.float32(qb.global_scale))
     y = acc
     if alpha != 1:
         with np.errstate(all="ignore"):

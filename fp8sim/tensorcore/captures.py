@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from .._fpenv import ieee_defaults
 from .api import matmul, mma
 from .model import K_INSTR, AccumulatorModel
 from .registry import PRESETS, get_model
@@ -164,6 +165,7 @@ def _meta_str(meta: dict, key: str, where: str, default: str | None = None) -> s
     return v
 
 
+@ieee_defaults
 def verify_capture(path_or_npz, model=None, *, max_mismatches: int = 5) -> dict:
     """Score the emulator against a hardware capture, bit for bit.
 

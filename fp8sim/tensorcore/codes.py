@@ -7,6 +7,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .._fpenv import ieee_defaults
 from ..formats import Format
 from ..rounding import decode
 
@@ -33,6 +34,7 @@ class CodeTable(NamedTuple):
 _TABLE_CACHE: dict = {}
 
 
+@ieee_defaults
 def code_table(fmt: Format, subnormal_exponent: str) -> CodeTable:
     """The :class:`CodeTable` of ``fmt`` (an 8-bit format).
 

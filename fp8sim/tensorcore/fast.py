@@ -43,6 +43,7 @@ import numba
 import numpy as np
 from numba import njit, prange
 
+from .. import _fpenv
 from ..intrinsics import fma32
 from .codes import code_table
 from .fast_blocks import TILE_N, TILE_ROWS, promote_tile, tile_group
@@ -142,6 +143,7 @@ def wgmma_gemm(av, ae, bv, be, sa, sb, kscale, promote, mode, F, keep_bits, a_sk
     nnt = (N + NB - 1) // NB
     one = np.int32(127 << 23)
     for t in prange(nmt * nnt):
+        fe = _fpenv.enter()  # the IEEE default environment on whichever thread runs the tile
         mt = t // nnt
         nt = t % nnt
         i0 = mt * MB
@@ -208,6 +210,7 @@ def wgmma_gemm(av, ae, bv, be, sa, sb, kscale, promote, mode, F, keep_bits, a_sk
                 if mode == SCALE_EPILOGUE:
                     r = np.float32(np.float32(s_a * sbr[n0 + n]) * r)
                 out[i, n0 + n] = r
+        _fpenv.leave(fe)
 
 
 def code_tables(fmt, subnormal_exponent: str = "clamp"):
@@ -329,6 +332,7 @@ def _packed_gemm(av, ae, am, M, MB, B, vb_t, eb_t, sa, sb, kscale, promote, mode
     sbf = sb.reshape(-1)
     Bf = B.reshape(-1)
     for job in prange(nch * parts):
+        fe = _fpenv.enter()  # tile_group's rounding-mode switch starts from and returns to this default
         c = job // parts
         part = job % parts
         pc0 = c * panels
@@ -403,6 +407,7 @@ def _packed_gemm(av, ae, am, M, MB, B, vb_t, eb_t, sa, sb, kscale, promote, mode
                         if mode == SCALE_EPILOGUE:
                             v = np.float32(np.float32(s_a * sbf[n0 + n]) * v)
                         out[i0 + r, n0 + n] = v
+        _fpenv.leave(fe)
 
 
 def _exp8(e):

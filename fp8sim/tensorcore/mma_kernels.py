@@ -47,6 +47,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from .. import _fpenv
 from .bitcast import f32_bits, f64_bits, pow2, pow2f
 from .mma_tiles import (
     MB,
@@ -119,6 +120,7 @@ def fused_kernel(
     scaled = np.any(xa != 0) or np.any(xb != 0)  # else every xs is 0
     F32, emin32, z32 = np.int32(F), np.int32(emin), np.int32(zexp)
     for t in prange(nmt * nnt):
+        fe = _fpenv.enter()  # the IEEE default environment on whichever thread runs the tile
         i0, rows, n0, nn, nt = tile(t, nnt, M, N)
         acc = np.zeros((MB, NB), np.float32)
         tot = np.zeros((MB, NB), np.float32)
@@ -150,6 +152,7 @@ def fused_kernel(
                 round_row(E, acc, Sf, ii, nn, F, rd, False, p, mode, emin, emax, ovf_inf)
             cnt = chain_step(acc, tot, cnt, L, promote, kb + L >= K, rows, nn)
         store(out, acc, tot, promote, i0, rows, n0, nn)
+        _fpenv.leave(fe)
 
 
 # ------------------------------------------------------------------ grouped (GST-FDPA: MXFP4 / NVFP4)
@@ -169,6 +172,7 @@ def grouped_kernel(av, bv, bnz, unit, xa, sga, xb, sgb, sblk, c, L, G, F, p, mod
     ng = L // G
     nmt, nnt = tiles(M, N)
     for t in prange(nmt * nnt):
+        fe = _fpenv.enter()  # the IEEE default environment on whichever thread runs the tile
         i0, rows, n0, nn, nt = tile(t, nnt, M, N)
         acc = np.zeros((MB, NB), np.float32)
         tot = np.zeros((MB, NB), np.float32)
@@ -228,6 +232,7 @@ def grouped_kernel(av, bv, bnz, unit, xa, sga, xb, sgb, sblk, c, L, G, F, p, mod
                 round_row(E, acc, X, ii, nn, F, 0, True, p, mode, emin, emax, ovf_inf)
             cnt = chain_step(acc, tot, cnt, L, promote, kb + L >= K, rows, nn)
         store(out, acc, tot, promote, i0, rows, n0, nn)
+        _fpenv.leave(fe)
 
 
 # ------------------------------------------------------------------ interleaved (GTR-FDPA: CDNA3 MFMA)
@@ -303,6 +308,7 @@ def interleaved_kernel(av, ae, bv, be, aspec, bspec, c, L, F, F2, promote, out):
     fast_ok = L * (1 << (F + 2)) <= (1 << 31)  # the lane sums, and their total, fit int32
     F32 = np.int32(F)
     for t in prange(nmt * nnt):
+        fe = _fpenv.enter()  # the IEEE default environment on whichever thread runs the tile
         i0, rows, n0, nn, nt = tile(t, nnt, M, N)
         acc = np.zeros((MB, NB), np.float32)
         tot = np.zeros((MB, NB), np.float32)
@@ -340,3 +346,4 @@ def interleaved_kernel(av, ae, bv, be, aspec, bspec, c, L, F, F2, promote, out):
                     _interleave_fin_int(pm[0], pm[1], S[0], S[1], acc, ii, nn, F32, F2)
             cnt = chain_step(acc, tot, cnt, L, promote, kb + L >= K, rows, nn)
         store(out, acc, tot, promote, i0, rows, n0, nn)
+        _fpenv.leave(fe)

@@ -36,6 +36,8 @@ import math
 import numpy as np
 from numba import njit, prange
 
+from .. import _fpenv
+from .._fpenv import ieee_defaults
 from ..formats import format as get_format
 from ..rounding import RoundMode
 from .bitexact import round_out
@@ -64,6 +66,7 @@ def _bf16_values():
 
 
 @functools.lru_cache(maxsize=4)
+@ieee_defaults
 def bf16_tables(normalize_subnormals: bool = False):
     """Per-code tables of the 65536 bf16 bit patterns: (sig, exp, neg, special).
 
@@ -270,9 +273,12 @@ def _specials(x, sp):
 def _rows(a, b, j0, j1, mB, xB, gB, bspec, sig, exp, ng, sp, vals, P, nanv, out):
     """Outputs (all rows, j0..j1-1), in parallel over the rows."""
     for i in prange(a.shape[0]):
+        fe = _fpenv.enter()  # the IEEE default environment on whichever thread runs the row
         _row(a, b, i, j0, j1, mB, xB, gB, bspec, sig, exp, ng, sp, vals, P, nanv, out)
+        _fpenv.leave(fe)
 
 
+@ieee_defaults
 def bf16_matmul(a_bits, b_bits, model: AccumulatorModel, *, b_transposed: bool = False) -> np.ndarray:
     """(M, K) @ (K, N) of bf16 bit patterns (uint16) on the fused accumulator ``model``; float32 (M, N).
 

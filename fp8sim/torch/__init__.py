@@ -5,16 +5,18 @@ import it)::
 
     import fp8sim.torch as ft
     y = ft.linear(x, weight, bias, recipe="deepseek-v3")     # autograd: Fprop, Dgrad, Wgrad
-    model = ft.convert(model, ft.plan("deepseek-v3"))        # swap nn.Linear layers in place
+    model = ft.convert(model, "deepseek-v3")                 # swap nn.Linear layers in place: plan("deepseek-v3")
 
 * :func:`linear`: ``x @ weight.T + bias`` whose three GEMMs are bit-identical to fp8sim's numpy
   API (:func:`fp8sim.training.matmul`, :class:`fp8sim.training.Linear`) on the same values;
 * :class:`Linear`: a drop-in ``nn.Linear`` (same parameters, ``from_linear``);
-* :func:`convert`: swaps ``nn.Linear`` layers by name patterns or a predicate;
+* :func:`convert`: swaps ``nn.Linear`` layers by name patterns or a predicate, applying a plan
+  (``convert(model, "deepseek-v3")`` is ``convert(model, plan("deepseek-v3"))``, the whole scheme);
 * :class:`Plan` / :func:`plan`: a precision plan (DeepSeek-V3's: high-precision head and gating,
   FP8 activation cache, E5M6 input of the post-attention Linear, FP32 master weights).
 
-See docs/pytorch.md.
+The GEMMs are the custom operators ``torch.ops.fp8sim.linear`` / ``linear_backward``, opaque to
+``torch.compile``.  See docs/pytorch.md.
 """
 
 try:
@@ -33,7 +35,7 @@ from .function import (
     linear,
     options,
 )
-from .modules import Linear, convert, convertible
+from .modules import Linear, UnconvertedWarning, convert, convertible
 from .plans import ATTN_OUT, DEEPSEEK_ATTN_OUT_CACHE, DEFAULT_SKIP, Plan, matches, plan, plan_names
 
 __all__ = [
@@ -41,6 +43,7 @@ __all__ = [
     "Linear",
     "convert",
     "convertible",
+    "UnconvertedWarning",
     "Plan",
     "plan",
     "plan_names",

@@ -37,13 +37,15 @@ non-contiguous operands are copied, as the kernels need); CUDA tensors go throug
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
 import numpy as np
 import torch
 
+from .._fpenv import ieee_defaults
 from ..gemm_core import cast_output
 from ..recipes import Recipe
 from ..recipes import recipe as get_recipe
@@ -108,6 +110,16 @@ class LinearOptions:
     fidelity: str = "exact"
     cache: str | ActivationCache | None = None
     group_size: int | None = None
+    _key: int = field(default=-1, init=False, repr=False, compare=False)
+    _stateful: bool = field(default=False, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # the operators of torch.compile take the options as this process-local number (_OPTIONS)
+        object.__setattr__(self, "_key", _register(self))
+        object.__setattr__(self, "_stateful", is_stateful(self.recipe))
+
+    def __reduce__(self):  # pickled and copied by value: the copy registers itself again
+        return (type(self), (self.recipe, self.fidelity, self.cache, self.group_size))
 
     @property
     def caches(self) -> bool:
@@ -121,6 +133,28 @@ class LinearOptions:
         if self.group_size is None or not self.recipe.is_fp8:
             return self.recipe
         return group_recipe(self.recipe, self.group_size)
+
+
+_OPTIONS: list[LinearOptions] = []  # key -> options (the custom operators' ``int options`` argument)
+_KEYS: dict[LinearOptions, int] = {}
+_LOCK = threading.Lock()
+
+
+def _register(o: LinearOptions) -> int:
+    """The key of ``o`` in :data:`_OPTIONS` (equal options share one)."""
+    with _LOCK:
+        try:
+            k = _KEYS.get(o)
+        except TypeError:  # unhashable fields (a custom recipe's): compare with the registered ones
+            k = next((i for i, r in enumerate(_OPTIONS) if r == o), None)
+        if k is None:
+            k = len(_OPTIONS)
+            _OPTIONS.append(o)
+            try:
+                _KEYS[o] = k
+            except TypeError:
+                pass
+        return k
 
 
 def options(recipe="deepseek-v3", *, fidelity: str = "exact", cache=None, group_size=None) -> LinearOptions:
@@ -344,84 +378,189 @@ def _gemm(a, b: torch.Tensor, opts: LinearOptions, role: str, layout: str, bias=
     return torch.from_numpy(_host_gemm(an, _numpy(b), opts, role, layout, bn))
 
 
-# ------------------------------------------------------------------ autograd
+# ------------------------------------------------------------------ the GEMMs of one call
+@ieee_defaults
+def _forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, opts: LinearOptions):
+    """Fprop of ``x (T, K)``: ``(y, saved)``, ``y (T, N)`` of ``x``'s dtype and ``saved`` the values that
+    Wgrad reads in place of ``x`` (float32 ``(T, K)`` when ``opts`` caches, else an empty tensor)."""
+    T, K = x.shape
+    N = weight.shape[0]
+    if T == 0:
+        y = x.new_zeros((0, N))
+    else:
+        y = _gemm(x, weight, opts, "fprop", "nk", bias).to(x.dtype).contiguous()
+    if not opts.caches:
+        return y, x.new_empty((0,))
+    if T == 0:
+        return y, x.new_zeros((0, K), dtype=torch.float32)
+    c = _device_cache(x, opts) if x.is_cuda else torch.from_numpy(np.ascontiguousarray(_host_cache(_numpy(x), opts)))
+    return y, c.to(torch.float32).contiguous()
+
+
+@ieee_defaults
+def _backward(
+    gy: torch.Tensor,
+    xs: torch.Tensor,
+    weight: torch.Tensor,
+    opts: LinearOptions,
+    x_dtype: torch.dtype,
+    bias_dtype: torch.dtype | None,
+    need_x: bool,
+    need_w: bool,
+    need_b: bool,
+):
+    """Dgrad, Wgrad and the bias gradient of ``gy (T, N)``: ``(dx, dw, db)``; ``xs`` is what Wgrad reads
+    as ``x`` (``x`` or the cached values).  A gradient not asked for is an empty tensor."""
+    T = gy.shape[0]
+    N, K = weight.shape
+    dev = gy.device
+    dx = torch.empty((0,), dtype=x_dtype, device=dev)
+    dw = torch.empty((0,), dtype=weight.dtype, device=dev)
+    db = torch.empty((0,), dtype=bias_dtype or torch.float32, device=dev)
+    if need_x:  # Dgrad: dx = dy @ W, K = N
+        if T == 0:
+            dx = torch.zeros((0, K), dtype=x_dtype, device=dev)
+        else:
+            dx = _gemm(gy, weight, opts, "dgrad", "kn").to(x_dtype).contiguous()
+    if need_w:  # Wgrad: dW^T = x^T @ dy, K = T (tokens), re-quantized along the tokens
+        if T == 0:
+            dw = torch.zeros((N, K), dtype=weight.dtype, device=dev)
+        else:
+            xt = xs.t() if xs.is_cuda else np.ascontiguousarray(_numpy(xs).T)
+            dw = _gemm(xt, gy, opts, "wgrad", "kn").t().contiguous().to(weight.dtype)
+    if need_b:  # the float64 sum over the tokens, rounded once
+        if T == 0:
+            db = torch.zeros((N,), dtype=bias_dtype, device=dev)
+        else:
+            db = torch.from_numpy(_numpy(gy.cpu()).astype(np.float64).sum(axis=0)).to(device=dev, dtype=bias_dtype)
+    return dx, dw, db
+
+
+# ------------------------------------------------------------------ custom operators (torch.compile)
+# The GEMMs run numba kernels on numpy views (or CuPy on the GPU), which torch.compile cannot trace:
+# they are two operators that it treats as opaque (their fake implementations give the shapes and
+# dtypes), with the autograd formula of fp8sim::linear registered on it.  ``options`` is the
+# LinearOptions' key in _OPTIONS (a process-local number: compiled graphs are not portable).
+@torch.library.custom_op(
+    "fp8sim::linear",
+    mutates_args=(),
+    schema="(Tensor x, Tensor weight, Tensor? bias, int options) -> (Tensor, Tensor)",
+)
+def _linear_op(x, weight, bias, options):
+    return _forward(x, weight, bias, _OPTIONS[options])
+
+
+@_linear_op.register_fake
+def _linear_fake(x, weight, bias, options):
+    T, K = x.shape
+    saved = x.new_empty((T, K), dtype=torch.float32) if _OPTIONS[options].caches else x.new_empty((0,))
+    return x.new_empty((T, weight.shape[0])), saved
+
+
+@torch.library.custom_op(
+    "fp8sim::linear_backward",
+    mutates_args=(),
+    schema="(Tensor grad, Tensor x, Tensor weight, int options, ScalarType x_dtype, ScalarType? bias_dtype, "
+    "bool need_x, bool need_weight, bool need_bias) -> (Tensor, Tensor, Tensor)",
+)
+def _linear_backward_op(grad, x, weight, options, x_dtype, bias_dtype, need_x, need_weight, need_bias):
+    return _backward(grad, x, weight, _OPTIONS[options], x_dtype, bias_dtype, need_x, need_weight, need_bias)
+
+
+@_linear_backward_op.register_fake
+def _linear_backward_fake(grad, x, weight, options, x_dtype, bias_dtype, need_x, need_weight, need_bias):
+    T = grad.shape[0]
+    N, K = weight.shape
+    dx = grad.new_empty((T, K) if need_x else (0,), dtype=x_dtype)
+    dw = grad.new_empty((N, K) if need_weight else (0,), dtype=weight.dtype)
+    db = grad.new_empty((N,) if need_bias else (0,), dtype=bias_dtype or torch.float32)
+    return dx, dw, db
+
+
+def _linear_setup_context(ctx, inputs, output) -> None:
+    x, weight, bias, key = inputs
+    ctx.key, ctx.x_dtype, ctx.bias_dtype = key, x.dtype, (None if bias is None else bias.dtype)
+    ctx.save_for_backward(output[1] if _OPTIONS[key].caches else x, weight)
+
+
+def _linear_autograd(ctx, gy, _grad_saved):
+    xs, weight = ctx.saved_tensors
+    need_x, need_w, need_b = ctx.needs_input_grad[:3]
+    dx, dw, db = torch.ops.fp8sim.linear_backward(
+        gy, xs, weight, ctx.key, ctx.x_dtype, ctx.bias_dtype, need_x, need_w, need_b
+    )
+    return (dx if need_x else None), (dw if need_w else None), (db if need_b else None), None
+
+
+_linear_op.register_autograd(_linear_autograd, setup_context=_linear_setup_context)
+
+
+# ------------------------------------------------------------------ autograd (stateful recipes)
 class LinearFunction(torch.autograd.Function):
-    """The autograd function of :func:`linear` (``apply(x (T, K), weight (N, K), bias, options, state)``,
-    inputs checked by :func:`linear`; ``state`` a :class:`LayerState` for stateful recipes, else None)."""
+    """The autograd function of :func:`linear` for stateful recipes (``apply(x (T, K), weight (N, K), bias,
+    options, state)``, inputs checked by :func:`linear`; ``state`` a :class:`LayerState` for stateful
+    recipes, else None: then it computes what the ``fp8sim::linear`` operator does).  It runs eagerly
+    also inside ``torch.compile`` (a graph break: :func:`linear`)."""
 
     @staticmethod
+    @ieee_defaults
     def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias, opts: LinearOptions, state=None) -> torch.Tensor:  # type: ignore[override]
         ctx.opts = opts
         ctx.dtypes = (x.dtype, weight.dtype, None if bias is None else bias.dtype)
-        ctx.has_bias = bias is not None
         ctx.stateful = None
-        T, N = x.shape[0], weight.shape[0]
-        if T == 0:
-            ctx.save_for_backward(x, weight)
-            ctx.cached = None
-            return x.new_zeros((0, N))
-        if state is not None:  # a stateful recipe: fp8sim.training.Linear on the host (stateful.py)
+        if state is not None and x.shape[0] > 0:  # a stateful recipe: fp8sim.training.Linear on the host
             xn = _numpy(x.cpu())
             bn = None if bias is None else _numpy(bias.cpu())
             cached = _host_cache(xn, opts) if opts.caches else None
             yn, ctx.stateful = host_forward(xn, _numpy(weight.cpu()), bn, opts.recipe, opts.fidelity, state, cached)
             ctx.save_for_backward(weight)
             return torch.from_numpy(np.ascontiguousarray(yn)).to(device=x.device, dtype=x.dtype)
-        y = _gemm(x, weight, opts, "fprop", "nk", bias)
-        if not opts.caches:
-            ctx.cached = None
-            ctx.save_for_backward(x, weight)
-        else:
-            ctx.cached = _device_cache(x, opts) if x.is_cuda else _host_cache(_numpy(x), opts)
-            ctx.save_for_backward(weight)
-        return y.to(x.dtype)
+        y, saved = _forward(x, weight, bias, opts)
+        ctx.save_for_backward(saved if opts.caches else x, weight)
+        return y
 
     @staticmethod
     @torch.autograd.function.once_differentiable
+    @ieee_defaults
     def backward(ctx: Any, gy: torch.Tensor):  # type: ignore[override]
-        opts: LinearOptions = ctx.opts
         xdt, wdt, bdt = ctx.dtypes
+        need_x, need_w, need_b = ctx.needs_input_grad[:3]
+        need_b = need_b and bdt is not None
         if ctx.stateful is not None:
             (weight,) = ctx.saved_tensors
-            need_x, need_w, need_b = ctx.needs_input_grad[:3]
             g = gy.detach().cpu()
             dxn, dwn = host_backward(_numpy(g), ctx.stateful)
             ctx.stateful = None
             dx = torch.from_numpy(dxn).to(device=gy.device, dtype=xdt) if need_x else None
             dw = torch.from_numpy(dwn).to(device=gy.device, dtype=wdt) if need_w else None
             db = None
-            if need_b and ctx.has_bias:
+            if need_b:
                 db = torch.from_numpy(_numpy(g).astype(np.float64).sum(axis=0)).to(device=gy.device, dtype=bdt)
             return dx, dw, db, None, None
-        if ctx.cached is None:
-            x, weight = ctx.saved_tensors
-        else:
-            (weight,) = ctx.saved_tensors
-            x = ctx.cached
-        need_x, need_w, need_b = ctx.needs_input_grad[:3]
-        dx = dw = db = None
-        if gy.shape[0] == 0:
-            if need_x:
-                dx = gy.new_zeros((0, weight.shape[1]), dtype=xdt)
-            if need_w:
-                dw = torch.zeros_like(weight)
-            if need_b and ctx.has_bias:
-                db = gy.new_zeros((weight.shape[0],), dtype=bdt)
-            return dx, dw, db, None, None
-        if need_x:  # Dgrad: dx = dy @ W, K = N
-            dx = _gemm(gy, weight, opts, "dgrad", "kn").to(xdt)
-        if need_w:  # Wgrad: dW^T = x^T @ dy, K = T (tokens), re-quantized along the tokens
-            if isinstance(x, np.ndarray):  # the cached values (CPU)
-                xt = np.ascontiguousarray(x.T)
-            elif x.is_cuda:
-                xt = x.t()
-            else:
-                xt = np.ascontiguousarray(_numpy(x).T)
-            dw = _gemm(xt, gy, opts, "wgrad", "kn").t().contiguous().to(wdt)
-        if need_b and ctx.has_bias:
-            g64 = _numpy(gy.cpu()).astype(np.float64)
-            db = torch.from_numpy(g64.sum(axis=0)).to(device=gy.device, dtype=bdt)
-        return dx, dw, db, None, None
+        xs, weight = ctx.saved_tensors
+        dx, dw, db = _backward(gy, xs, weight, ctx.opts, xdt, bdt, need_x, need_w, need_b)
+        return (dx if need_x else None), (dw if need_w else None), (db if need_b else None), None, None
+
+
+def _disable(fn, reason: str):
+    """``torch.compiler.disable(fn)`` (with its ``reason`` where this torch takes one)."""
+    try:
+        return torch.compiler.disable(fn, reason=reason)
+    except TypeError:  # torch < 2.7: no reason
+        return torch.compiler.disable(fn)
+
+
+def _apply_stateful(x, weight, bias, opts, state):
+    return LinearFunction.apply(x, weight, bias, opts, state)
+
+
+# a stateful recipe keeps host state (amax histories, the step, the saved numpy layer) between its
+# forward and backward: torch.compile runs it eagerly, a graph break (fullgraph=True raises)
+_apply_stateful = _disable(
+    _apply_stateful,
+    "fp8sim.torch: a recipe with stateful or random quantization (delayed scaling, stochastic rounding, "
+    "NVFP4) keeps host state between calls and runs outside torch.compile's graph",
+)
 
 
 # ------------------------------------------------------------------ checks and the public function
@@ -478,7 +617,11 @@ def linear(
 
     Returns
     -------
-    ``(..., N)`` tensor of ``x``'s dtype on ``x``'s device.  Errors: TypeError for tensors of other
+    ``(..., N)`` tensor of ``x``'s dtype on ``x``'s device.  Inside ``torch.autocast(device_type,
+    dtype=torch.bfloat16)`` (``x``'s device type), as for ``nn.Linear``, a float32 ``x`` is rounded to
+    bfloat16 first (RNE), so the output is bfloat16 and ``grad_x`` float32; the weight and bias are not
+    rounded (the recipe quantizes the weight itself); autocast to float16 raises TypeError.
+    Errors: TypeError for tensors of other
     dtypes (float16, integers) or layouts, ValueError for other devices, tensors on different
     devices, a weight that is not 2-D or empty, ``x`` without a K axis of ``weight.shape[1]``, a
     bias that is not ``(N,)``.
@@ -509,7 +652,7 @@ def linear(
         )
     if bias is not None and tuple(bias.shape) != (N,):
         raise ValueError(f"fp8sim.torch.linear: bias must have shape ({N},), got {tuple(bias.shape)}")
-    if is_stateful(opts.recipe):
+    if opts._stateful:
         if state is None:
             raise ValueError(
                 f"fp8sim.torch.linear: recipe {opts.recipe.name!r} has stateful or random quantization (delayed "
@@ -520,6 +663,32 @@ def linear(
             raise TypeError(f"fp8sim.torch.linear: state must be a LayerState, got {type(state).__name__}")
     else:
         state = None
+    adt = _autocast_dtype(x.device.type)
+    if adt is not None:  # as nn.Linear under torch.autocast: float32 activations are rounded to bfloat16
+        if adt == torch.float16:
+            raise TypeError(
+                "fp8sim.torch.linear: torch.autocast with dtype float16 is active; fp8sim's FP8 recipes write "
+                "BF16 values, which float16 does not hold (its range ends at 65504, below 2**-14 it loses "
+                "bits): use torch.autocast(..., dtype=torch.bfloat16)"
+            )
+        if adt == torch.bfloat16 and x.dtype == torch.float32:
+            x = x.to(torch.bfloat16)
     lead = tuple(x.shape[:-1])
-    y = LinearFunction.apply(x.reshape(-1, K), weight, bias, opts, state)
+    x2 = x.reshape(-1, K)
+    if state is not None:
+        y = _apply_stateful(x2, weight, bias, opts, state)
+    else:
+        y = torch.ops.fp8sim.linear(x2, weight, bias, opts._key)[0]
     return y.reshape(lead + (N,))
+
+
+def _autocast_dtype(device_type: str) -> torch.dtype | None:
+    """The dtype of the ``torch.autocast`` region enabled for ``device_type``, or None."""
+    try:
+        if not torch.is_autocast_enabled(device_type):
+            return None
+        return torch.get_autocast_dtype(device_type)
+    except (TypeError, AttributeError):  # pragma: no cover - torch before the device-generic autocast API
+        if device_type == "cpu":
+            return torch.get_autocast_cpu_dtype() if torch.is_autocast_cpu_enabled() else None
+        return torch.get_autocast_gpu_dtype() if torch.is_autocast_enabled() else None

@@ -3,16 +3,23 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 import torch
 
 from .function import LinearOptions, linear, options
-from .plans import Plan
+from .plans import Plan, plan
 from .stateful import LayerState, is_stateful
 
-__all__ = ["Linear", "convert", "convertible"]
+__all__ = ["Linear", "convert", "convertible", "UnconvertedWarning"]
+
+
+class UnconvertedWarning(UserWarning):
+    """Warned by :func:`convert` for modules whose Linear projections it cannot reach:
+    ``torch.nn.MultiheadAttention`` (and the Transformer layers built on it) and the inference fast
+    path of ``torch.nn.TransformerEncoderLayer``.  Those GEMMs stay in the model's precision."""
 
 
 class Linear(torch.nn.Linear):
@@ -127,23 +134,33 @@ def convert(
     skip: Iterable[str] | str | Callable[[str, torch.nn.Module], bool] | None = None,
     seed: int = 0,
 ) -> torch.nn.Module:
-    """Swap the Linear layers of ``model`` for :class:`Linear` layers running ``recipe``, in place, and
-    return ``model``.
+    """Swap the Linear layers of ``model`` for :class:`Linear` layers, in place, and return ``model``:
+    ``convert(model, x)`` applies ``plan(x)`` (:func:`fp8sim.torch.plan`).
 
-    Only :func:`convertible` modules are swapped; the projections inside
-    ``torch.nn.MultiheadAttention`` are not (it reads their weights without calling them).  The
-    converted layers share the original ``Parameter`` objects, so ``state_dict`` keys, tied weights
-    and an optimizer's references are unchanged (``plan.master_weights="fp32"`` changes their
-    dtype in place).  A layer reached under two names is converted once.
+    So ``convert(model, "deepseek-v3")`` -- and ``convert(model)`` -- apply DeepSeek-V3's scheme:
+    the ``deepseek-v3`` recipe with the FP8 activation cache, the E5M6 input of the post-attention
+    Linear and FP32 master weights, head and gating kept (the converted layers' parameters become
+    float32 in place).  Any other recipe name, or a :class:`fp8sim.Recipe`, applies that recipe
+    alone (a plain plan: no caches, dtypes unchanged); ``convert(model, Plan("deepseek-v3"))`` is
+    the ``deepseek-v3`` recipe alone.
+
+    Only :func:`convertible` modules are swapped.  ``torch.nn.MultiheadAttention`` (also inside
+    ``nn.TransformerEncoderLayer`` / ``DecoderLayer``) computes its projections with ``F.linear`` on
+    its weights, and ``TransformerEncoderLayer``'s inference fast path (eval mode without grad) reads
+    ``linear1`` / ``linear2``'s weights: convert cannot reach those GEMMs and warns
+    (:class:`UnconvertedWarning`) naming the modules, unless ``skip`` covers the attention's
+    ``out_proj`` (for example ``skip=("*self_attn*", ...)``) or the layer's ``linear1`` and
+    ``linear2``.  The converted layers share the original ``Parameter`` objects, so ``state_dict``
+    keys, tied weights and an optimizer's references are unchanged (``master_weights="fp32"``
+    changes their dtype in place).  A layer reached under two names is converted once.
 
     Parameters
     ----------
     model : any ``torch.nn.Module`` (nested modules, ``Sequential``, ``ModuleList``, ``ModuleDict``);
         a bare ``nn.Linear`` cannot be replaced in place: its converted copy is returned
-    recipe : a recipe name or :class:`fp8sim.Recipe` (that recipe, nothing else changed), or a
-        :class:`~fp8sim.torch.Plan` (:func:`fp8sim.torch.plan`: recipe, activation caches, group
-        size, master weights, layers to skip).  A name is a recipe: DeepSeek-V3's whole scheme is
-        ``plan("deepseek-v3")``
+    recipe : a :class:`~fp8sim.torch.Plan`, or what :func:`fp8sim.torch.plan` takes: a plan preset
+        name (``"deepseek-v3"``: the whole scheme), another recipe name or a :class:`fp8sim.Recipe`
+        (that recipe, nothing else changed)
     skip : the Linear layers that stay ``torch.nn.Linear``: fnmatch patterns matched against the
         dotted module name and its last component (:func:`fp8sim.torch.matches`), or a predicate
         ``(name, module) -> bool``; None takes the plan's (``DEFAULT_SKIP``: ``lm_head``, ``head``,
@@ -153,7 +170,7 @@ def convert(
     """
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"fp8sim.torch.convert: model must be a torch.nn.Module, got {type(model).__name__}")
-    p = recipe if isinstance(recipe, Plan) else Plan(recipe)
+    p = recipe if isinstance(recipe, Plan) else plan(recipe)
     if skip is not None:
         p = replace(p, skip=skip)
     inside_mha = {id(c) for m in model.modules() if isinstance(m, torch.nn.MultiheadAttention) for c in m.children()}
@@ -169,8 +186,45 @@ def convert(
             for t in (m.weight, m.bias):
                 if t is not None and t.dtype != torch.float32:
                     t.data = t.data.float()
+    _warn_unreached(model, p, new)
     for parent in list(model.modules()):
         for cname, child in list(parent._modules.items()):  # every name, also a child held twice
             if child is not None and id(child) in new:
                 setattr(parent, cname, new[id(child)])
     return new.get(id(model), model)
+
+
+def _join(name: str, child: str) -> str:
+    return f"{name}.{child}" if name else child
+
+
+def _warn_unreached(model: torch.nn.Module, p: Plan, new: dict[int, Linear]) -> None:
+    """One :class:`UnconvertedWarning` naming the modules whose projections :func:`convert` cannot reach."""
+    found: list[str] = []
+    seen: set[int] = set()
+    for name, m in model.named_modules():
+        if id(m) in seen:
+            continue
+        seen.add(id(m))
+        if isinstance(m, torch.nn.MultiheadAttention):
+            if not p.skips(_join(name, "out_proj"), m.out_proj):
+                inproj = "in_proj_weight" if m._qkv_same_embed_dim else "q/k/v_proj_weight"
+                found.append(
+                    f"{name or '<model>'!r} (torch.nn.MultiheadAttention: F.linear on {inproj} and out_proj.weight)"
+                )
+        elif isinstance(m, torch.nn.TransformerEncoderLayer):
+            ff = [getattr(m, a, None) for a in ("linear1", "linear2")]
+            if any(id(f) in new for f in ff):
+                found.append(
+                    f"{name or '<model>'!r} (torch.nn.TransformerEncoderLayer: in eval mode without grad its fast "
+                    "path reads the weights of linear1 and linear2; torch.backends.mha.set_fastpath_enabled(False) "
+                    "turns it off)"
+                )
+    if found:
+        warnings.warn(
+            "fp8sim.torch.convert: these modules compute Linear projections that convert cannot reach, so "
+            "those GEMMs stay in the model's precision: " + "; ".join(found) + ". Build them from nn.Linear "
+            "layers, or skip them (skip the attention's out_proj) to silence this.",
+            UnconvertedWarning,
+            stacklevel=3,
+        )

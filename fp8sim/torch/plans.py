@@ -1,6 +1,6 @@
 """Precision plans: which Linear layers of a torch model run which recipe, with which activation
 caches and master-weight dtype (:class:`Plan`, :func:`plan`); :func:`fp8sim.torch.convert` applies
-one.
+one (``convert(model, "deepseek-v3")`` applies ``plan("deepseek-v3")``).
 
 ``plan("deepseek-v3")`` is DeepSeek-V3's mixed-precision scheme (technical report, section 3.3) as far
 as it concerns the GEMMs of Linear layers:
@@ -178,7 +178,8 @@ def plan(name: str | Recipe = "deepseek-v3", **changes) -> Plan:
     """The plan ``name``: ``"deepseek-v3"`` is DeepSeek-V3's scheme (module docstring); any other
     recipe name or :class:`fp8sim.Recipe` gives a plain plan (that recipe on every Linear layer
     but the skipped ones, no activation caches, dtypes unchanged).  ``changes`` replace fields,
-    e.g. ``plan("deepseek-v3", group_size=16)``."""
+    e.g. ``plan("deepseek-v3", group_size=16)``.  :func:`fp8sim.torch.convert` applies ``plan(name)``
+    to a name; :class:`Plan` itself (``Plan("deepseek-v3")``) is always a plain plan."""
     if isinstance(name, str) and name.strip().lower() in _PLANS:
         p = _PLANS[name.strip().lower()]()
     else:

@@ -22,11 +22,14 @@ import math
 import numba
 import numpy as np
 
+from .. import _fpenv
+
 __all__ = ["det_matmul", "det_exp", "det_tanh", "det_log"]
 
 _LN2_HI = 6.93147180369123816490e-01  # ln 2 with its low bits cleared (n * _LN2_HI is exact)
 _LN2_LO = 1.90821492927058770002e-10
 _INV_LN2 = 1.44269504088896338700e00
+_CHUNK = 4096  # elements per parallel chunk (each chunk sets the floating-point environment once)
 
 
 @numba.njit(cache=True, parallel=True)
@@ -34,6 +37,7 @@ def _mm(a, b, out):  # pragma: no cover - compiled
     L, M, K = a.shape
     N = b.shape[2]
     for r in numba.prange(L * M):
+        fe = _fpenv.enter()  # the IEEE default environment on whichever thread runs the row
         li = r // M
         i = r - li * M
         acc = np.zeros(N, np.float64)
@@ -43,6 +47,7 @@ def _mm(a, b, out):  # pragma: no cover - compiled
                 acc[j] = acc[j] + aik * np.float64(b[li, k, j])
         for j in range(N):
             out[li, i, j] = acc[j]
+        _fpenv.leave(fe)
 
 
 def det_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -82,28 +87,36 @@ def _exp(x):  # pragma: no cover - compiled
 
 @numba.njit(cache=True, parallel=True)
 def _exp_arr(x, out):  # pragma: no cover - compiled
-    for i in numba.prange(x.size):
-        out[i] = _exp(np.float64(x[i]))
+    n = x.size
+    for ch in numba.prange((n + _CHUNK - 1) // _CHUNK):
+        fe = _fpenv.enter()
+        for i in range(ch * _CHUNK, min(n, (ch + 1) * _CHUNK)):
+            out[i] = _exp(np.float64(x[i]))
+        _fpenv.leave(fe)
 
 
 @numba.njit(cache=True, parallel=True)
 def _tanh_arr(x, out):  # pragma: no cover - compiled
-    for i in numba.prange(x.size):
-        v = np.float64(x[i])
-        a = abs(v)
-        if v != v:
-            t = v
-        elif a < 0.00390625:  # 2**-8: tanh x = x - x^3/3 + 2x^5/15 - 17x^7/315 (error < x^9)
-            s = v * v
-            t = v + v * s * (-1.0 / 3.0 + s * (2.0 / 15.0 + s * (-17.0 / 315.0)))
-        elif a > 20.0:
-            t = 1.0 if v > 0 else -1.0
-        else:
-            e = _exp(-2.0 * a)
-            t = (1.0 - e) / (1.0 + e)
-            if v < 0:
-                t = -t
-        out[i] = t
+    n = x.size
+    for ch in numba.prange((n + _CHUNK - 1) // _CHUNK):
+        fe = _fpenv.enter()
+        for i in range(ch * _CHUNK, min(n, (ch + 1) * _CHUNK)):
+            v = np.float64(x[i])
+            a = abs(v)
+            if v != v:
+                t = v
+            elif a < 0.00390625:  # 2**-8: tanh x = x - x^3/3 + 2x^5/15 - 17x^7/315 (error < x^9)
+                s = v * v
+                t = v + v * s * (-1.0 / 3.0 + s * (2.0 / 15.0 + s * (-17.0 / 315.0)))
+            elif a > 20.0:
+                t = 1.0 if v > 0 else -1.0
+            else:
+                e = _exp(-2.0 * a)
+                t = (1.0 - e) / (1.0 + e)
+                if v < 0:
+                    t = -t
+            out[i] = t
+        _fpenv.leave(fe)
 
 
 @numba.njit(cache=True)

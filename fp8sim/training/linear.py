@@ -53,6 +53,7 @@ from typing import Any
 
 import numpy as np
 
+from .._fpenv import ieee_defaults
 from ..gemm_core import cast_operand
 from ..metrics import quantization_counts
 from ..pipeline import along_k, gemm, transpose_quantized
@@ -216,6 +217,7 @@ def role_recipe(recipe, role: str):
     return rb
 
 
+@ieee_defaults
 def matmul(
     a, b, recipe, role: str, *, layout: str = "kn", fidelity: str = "exact", seed: int | None = None
 ) -> np.ndarray:

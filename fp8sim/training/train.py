@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from .._fpenv import ieee_defaults
 from .._json import dumps as _strict_json
 from .._json import json_default
 from .data import Batches, corpus
@@ -147,6 +148,7 @@ def _restore(payload, model, opt, clipper):
     clipper.load_state(payload["clipper"])
 
 
+@ieee_defaults
 def train_one(
     recipe,
     steps: int,
@@ -335,6 +337,7 @@ def _summary_of(res: RunResult, ref: RunResult | None, steps: int) -> dict:
     return out
 
 
+@ieee_defaults
 def train(
     recipes=DEFAULT_RECIPES,
     steps: int = 300,
