@@ -17,7 +17,6 @@ keeps its best round.  One warm-up call per case first (numba compiles there).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -27,7 +26,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from record import command, environment  # noqa: E402
+from record import command, environment, write  # noqa: E402
 
 import fp8sim  # noqa: E402
 from fp8sim.training import train_one  # noqa: E402
@@ -116,10 +115,7 @@ def main(argv: list[str] | None = None) -> dict:
         "gemm": gemm,
         "train": train,
     }
-    if args.record:
-        with open(args.record, "w") as fh:
-            json.dump(out, fh, indent=2)
-            fh.write("\n")
+    write(args.record, out)
     return out
 
 

@@ -25,7 +25,6 @@ record ``benchmarks/records/rounding.json`` by ``python benchmarks/figures.py``
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -36,7 +35,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from record import command, environment  # noqa: E402
+from record import command, environment, write  # noqa: E402
 
 import fp8sim  # noqa: E402
 
@@ -160,10 +159,7 @@ def main(argv: list[str] | None = None) -> dict:
         "results": results,
         "targets": targets,
     }
-    if args.record:
-        with open(args.record, "w") as fh:
-            json.dump(out, fh, indent=2)
-            fh.write("\n")
+    write(args.record, out)
     return out
 
 

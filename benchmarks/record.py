@@ -85,3 +85,13 @@ def environment(packages: list[str]) -> dict:
         "versions": {name: _version(name) for name in ["numpy", "numba", "fp8sim", *packages]},
         "env": {k: os.environ.get(k) for k in ENV_VARS},
     }
+
+
+def write(path: str | None, record: dict) -> None:
+    """Write ``record`` as indented JSON to ``path`` (nothing when ``path`` is None or empty)."""
+    if path:
+        import json
+
+        with open(path, "w") as fh:
+            json.dump(record, fh, indent=2)
+            fh.write("\n")
