@@ -21,7 +21,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import fp8sim  # noqa: E402
-from fp8sim.pipeline import quantize_operands  # noqa: E402
+from fp8sim.gemms.operands import quantize_operands  # noqa: E402
 
 KS = (1024, 4096, 16384)
 PRESETS = (

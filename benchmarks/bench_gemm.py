@@ -23,7 +23,8 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import fp8sim  # noqa: E402
-from fp8sim.pipeline import kernel_inputs, quantize_operands, scaled_matmul  # noqa: E402
+from fp8sim.gemms.engine import scaled_matmul  # noqa: E402
+from fp8sim.gemms.operands import kernel_inputs, quantize_operands  # noqa: E402
 
 
 def fp8_kernel(qx, qw, r):

@@ -7,22 +7,21 @@
   128x128, MX, NVFP4, delayed) and returns a :class:`QuantizedTensor`;
   :mod:`fp8sim.metrics` measures the error;
 * :mod:`fp8sim.tensorcore` models tensor-core accumulators bit for bit;
-  :func:`gemm` runs a GEMM recipe (:func:`recipe`) on them
-  (:mod:`fp8sim.pipeline`).
+  :func:`gemm` runs a GEMM recipe (:func:`recipe`) on them, :func:`scaled_gemm` runs codes
+  and scales as a library does (:mod:`fp8sim.gemms`).
 
 Where each concept lives: docs/architecture.md.
 """
-
-import sys as _sys
 
 # first: numba's cache of fp8sim's kernels goes to a per-user folder, never into the package;
 # then, before any kernel loads an OpenMP runtime, OMP_WAIT_POLICY=PASSIVE unless the user chose a
 # policy (fp8sim/_threads.py: the runtime's threads sleep, not spin, between fp8sim's kernels)
 from . import (
+    _moved,
     _numba_cache,  # noqa: F401, I001
     _threads,  # noqa: F401
+    gemms,
     metrics,
-    pipeline,
     rounding,
     scaling,
     tensorcore,
@@ -50,17 +49,20 @@ from .formats import (
     format,
     format_names,
 )
-from .identification import identify
-from .pipeline import GemmReport, gemm, scaled_matmul
-from .recipes import Recipe, recipe, recipe_names
+from .gemms import GemmReport, Recipe, gemm, identify, recipe, recipe_names, scaled_gemm
+from .gemms.engine import scaled_matmul
 from .rounding import MODES, RoundMode, decode, decode_table, encode, round
-from .scaled import scaled_gemm
 from .scaling import Granularity, QuantizedTensor, dequantize, granularity, quantize
 from .tensorcore import AccumulatorModel, get_model
 
-# ``fp8sim.gemm`` is the function; the module it used to name is fp8sim.pipeline.  Old imports such as
-# ``from fp8sim.gemm import scaled_matmul`` keep working through this alias.
-_sys.modules[__name__ + ".gemm"] = pipeline
+# the modules 0.2.0 moved into fp8sim.gemms (and ``fp8sim.gemm``, the old name of the GEMM module, while
+# the attribute fp8sim.gemm is the function) stay importable, with a DeprecationWarning (fp8sim/_moved.py)
+_moved.install()
+
+
+def __getattr__(name: str):
+    return _moved.attribute(name)
+
 
 __all__ = [
     "__version__",
@@ -110,8 +112,8 @@ __all__ = [
     "scaled_matmul",
     "GemmReport",
     # modules
+    "gemms",
     "metrics",
-    "pipeline",
     "rounding",
     "scaling",
     "tensorcore",

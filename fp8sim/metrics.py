@@ -318,7 +318,7 @@ def _code_classes(fmt) -> np.ndarray:
 def _clipped(x, s, codes, fmt, mode: int) -> tuple[np.ndarray, np.ndarray]:
     """``(clipped, omitted)`` masks of one block: elements the conversion clipped (module
     docstring), and elements left out of the saturation count (NaN in ``x`` or NaN scale)."""
-    from .rounding import kernels as K
+    from .rounding import RDN, RNA, RNE, RTO, RTZ, RUP
 
     omitted = np.isnan(x) | np.isnan(s)
     cls = _code_classes(fmt)[codes]  # 1: largest finite magnitude, 2: inf or NaN code
@@ -336,17 +336,17 @@ def _clipped(x, s, codes, fmt, mode: int) -> tuple[np.ndarray, np.ndarray]:
     nxt = mx + ulp
     max_odd = bool(fmt.max_code_mag & 1)
     neg = v < 0
-    if mode == K.RNE:
+    if mode == RNE:
         c = (av > half) | ((av == half) & max_odd)
-    elif mode == K.RNA:
+    elif mode == RNA:
         c = av >= half
-    elif mode == K.RTZ:
+    elif mode == RTZ:
         c = av >= nxt
-    elif mode == K.RUP:
+    elif mode == RUP:
         c = np.where(neg, av >= nxt, av > mx)
-    elif mode == K.RDN:
+    elif mode == RDN:
         c = np.where(neg, av > mx, av >= nxt)
-    elif mode == K.RTO:
+    elif mode == RTO:
         c = av >= nxt if max_odd else av > mx
     else:  # stochastic: may have rounded up
         c = av > mx

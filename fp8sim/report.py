@@ -226,7 +226,7 @@ def _check_value(where: str, kind: str, v):
                 )
         return v
     if kind == "recipes":
-        from .recipes import recipe
+        from .gemms.presets import recipe
 
         for n in v:
             try:

@@ -4,7 +4,7 @@
 e4m3, 1x128 activation scales, 128x128 weight scales, promotion every 128
 into fp32 with ``fma(sa*sb, partial, acc)``) or the per-tensor
 no-promotion variant on the GPU and returns (fp32 output, bf16 output as
-float32).  Operands come from :func:`fp8sim.pipeline.quantize_operands`, so
+float32).  Operands come from :func:`fp8sim.gemms.operands.quantize_operands`, so
 the codes and scales are the ones the CPU emulator uses.
 
 Capture (on the GPU machine, from the repository root)::
@@ -73,7 +73,7 @@ def make_inputs(M, N, K, dist, seed):
 def case_operands(case):
     """(qx, qw, recipe) for a case: the operands every path (GPU, CPU) consumes."""
     import fp8sim
-    from fp8sim.pipeline import quantize_operands
+    from fp8sim.gemms.operands import quantize_operands
 
     name, M, N, K, dist, seed, rname, _ = case
     x, w = make_inputs(M, N, K, "normal" if dist == "nan_codes" else dist, seed)
@@ -117,7 +117,7 @@ def checksum(qx, qw) -> int:
 
 def kernel_operands(qx, qw, r):
     """Padded codes and scale arrays in the kernel's layout (the same as fp8sim's CPU kernel)."""
-    from fp8sim.pipeline import kernel_inputs
+    from fp8sim.gemms.operands import kernel_inputs
 
     M, N = qx.shape[0], qw.shape[1]
     A, B, sa, sb, kscale = kernel_inputs(qx, qw, r.promote_every)
@@ -215,7 +215,7 @@ def sanity() -> dict:
 
 def _emulate(ops, r):
     """fp8sim's CUDA-core emulation (backend="cupy") on the kernel's operands; (M, N) float32."""
-    from fp8sim.pipeline import scaled_matmul
+    from fp8sim.gemms.engine import scaled_matmul
 
     A, Bt, sa, sb, kscale, promote, (M, N, Mp, Np, Kp) = ops
     y = scaled_matmul(
@@ -237,7 +237,7 @@ def _emulate(ops, r):
 
 def _emu_big(n: int) -> dict:
     """Time the CUDA-core emulation on an n^3 DeepSeek-V3-shaped GEMM (random finite codes, scales 1)."""
-    from fp8sim.pipeline import scaled_matmul
+    from fp8sim.gemms.engine import scaled_matmul
     from fp8sim.tensorcore import cuda as GK
 
     try:

@@ -15,7 +15,7 @@ run             the GEMMs of each Linear layer
                 the tokens by the project's wgmma kernel (``gpu/kernels/gemm.cu``, FP32 out):
                 cuBLASLt's blockwise GEMM takes 128x128 blocks on one operand only.
 ``emu-block``   ``fp8sim.torch.convert(model, Plan("deepseek-v3"))`` (the recipe alone, no activation
-                caches): the same three GEMMs emulated on CUDA cores (:mod:`fp8sim.device`);
+                caches): the same three GEMMs emulated on CUDA cores (:mod:`fp8sim.gemms.device`);
                 cuBLASLt blockwise is the ``cublaslt-block`` preset, whose arithmetic is
                 ``deepseek-v3``'s
 ``real-tensor`` per-tensor scales, ``torch._scaled_mm`` tensorwise (``use_fast_accum=False``) for all
@@ -174,7 +174,7 @@ class FakeEngine(Engine):
         return torch.from_numpy(np.ascontiguousarray(y)).to(out_dtype)
 
     def wgrad(self, a, bt, sa, sb):
-        from fp8sim.gemm_core import scaled_matmul
+        from fp8sim.gemms.engine import scaled_matmul
 
         y = scaled_matmul(
             a.view(torch.uint8).numpy(),

@@ -5,7 +5,7 @@ Usage (a machine with an NVIDIA GPU and CuPy)::
     PYTHONPATH=. python3 gpu/verify_emulation.py --out tests/data/cuda_kernel_run.json
 
 Compares :func:`fp8sim.tensorcore.cuda.device_wgmma_gemm` (both tile shapes and the parallel
-promotion-interval path) with the CPU kernel behind ``fp8sim.gemm_core.scaled_matmul`` on random
+promotion-interval path) with the CPU kernel behind ``fp8sim.gemms.engine.scaled_matmul`` on random
 codes (the whole code space, quantized Gaussians, outlier columns, many zeros), every scale mode,
 promotion 32 and 128, all four e4m3/e5m2 pairs, ragged and large shapes, and ``fp8sim.gemm`` on
 device arrays against host arrays for the library presets.  Writes the number of outputs compared
@@ -32,7 +32,7 @@ def main() -> None:
     import cupy as cp
 
     import fp8sim
-    from fp8sim.gemm_core import scaled_matmul
+    from fp8sim.gemms.engine import scaled_matmul
     from fp8sim.tensorcore import cuda, cuda_source
     from fp8sim.tensorcore.fast import SCALE_EPILOGUE, SCALE_FMA, SCALE_MUL_ADD
 

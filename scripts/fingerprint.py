@@ -248,7 +248,7 @@ def scripts_and_studies(out: dict) -> None:
     for ex in sorted(glob.glob(os.path.join(ROOT, "examples", "*.py"))):
         with tempfile.TemporaryDirectory() as d:
             p = subprocess.run([sys.executable, ex], cwd=d, env=env, capture_output=True, text=True, timeout=900)
-            out[f"example/{os.path.basename(ex)}"] = h(str(p.returncode), re.sub(r"\(\d+ s\)", "", p.stdout))
+            out[f"example/{os.path.basename(ex)}"] = h(str(p.returncode), re.sub(r"\([0-9.]+ s\)", "", p.stdout))
     from fp8sim.studies import accumulation, granularity
 
     for mod in (accumulation, granularity):

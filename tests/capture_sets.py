@@ -16,8 +16,8 @@ import re
 import numpy as np
 
 import fp8sim
-from fp8sim.gemm_core import cast_output
-from fp8sim.scaled import padded_inputs, run_codes
+from fp8sim.gemms.engine import cast_output, run_codes
+from fp8sim.gemms.operands import padded_inputs
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 NPZ = os.path.join(DATA, "libraries_sm90.npz")

@@ -13,10 +13,11 @@ import pytest
 
 import fp8sim
 import fp8sim.tensorcore as tc
+from fp8sim.gemms.block_scaled import block_scaled_gemm
+from fp8sim.gemms.presets import recipe
+from fp8sim.gemms.recipes import Recipe
 from fp8sim.intrinsics import fma32_array
-from fp8sim.recipes import Recipe, recipe
 from fp8sim.rounding import cast
-from fp8sim.tensorcore.block_gemm import block_scaled_gemm
 
 NEW = ("deepseek-v3-blackwell", "mxfp8-blackwell", "mxfp4", "nvfp4")
 

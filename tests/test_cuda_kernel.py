@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import fp8sim
-from fp8sim.gemm_core import scaled_matmul
+from fp8sim.gemms.engine import scaled_matmul
 from fp8sim.tensorcore.fast import SCALE_EPILOGUE, SCALE_FMA, SCALE_MUL_ADD
 
 
@@ -191,7 +191,7 @@ def test_device_training_gemm_roles(recipe, role):
     """gemm_device with a role's formats and granularities == fp8sim.training.matmul on the host."""
     import cupy as cp
 
-    from fp8sim.device import gemm_device
+    from fp8sim.gemms.device import gemm_device
     from fp8sim.training.linear import matmul, role_formats, role_granularities, role_recipe
 
     rng = np.random.default_rng(5)
@@ -216,7 +216,7 @@ def test_device_training_gemm_roles(recipe, role):
 def test_dequantize_device():
     import cupy as cp
 
-    from fp8sim.device import dequantize_device, quantize_device
+    from fp8sim.gemms.device import dequantize_device, quantize_device
 
     rng = np.random.default_rng(6)
     x = (rng.standard_normal((130, 300)) * 10).astype(np.float32)

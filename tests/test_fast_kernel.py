@@ -11,14 +11,13 @@ from numba import njit, prange
 import fp8sim
 from fp8sim import tensorcore as tc
 from fp8sim.formats import format as get_format
-from fp8sim.gemm_core import promote as promote_step
-from fp8sim.gemm_core import scaled_matmul
+from fp8sim.gemms.engine import promote as promote_step
+from fp8sim.gemms.engine import scaled_matmul
 from fp8sim.tensorcore.fast import (
     SCALE_EPILOGUE,
     SCALE_FMA,
     SCALE_MUL_ADD,
     code_tables,
-    packed_kernel_ok,
     wgmma_gemm,
     wgmma_gemm_codes,
 )
@@ -247,7 +246,16 @@ def test_scaled_matmul_dispatch_matches_both_kernels():
 
 
 def test_packed_kernel_scope():
+    from dataclasses import replace
+
+    from fp8sim.tensorcore.kernels import get_kernel, scaled_request
+
     e4m3, e5m2, e8m0 = (get_format(f) for f in ("e4m3", "e5m2", "e8m0"))
+    wg = tc.get_model("wgmma")
+
+    def packed_kernel_ok(fa, fb, F):
+        return get_kernel("packed").supports(scaled_request(replace(wg, frac_bits=F), fa, fb)) is None
+
     assert packed_kernel_ok(e4m3, e5m2, 13) and packed_kernel_ok(e5m2, e5m2, 0)
     assert not packed_kernel_ok(e4m3, e5m2, 14)  # more kept bits than the int8 / int32 ranges allow
     assert not packed_kernel_ok(e8m0, e4m3, 13)  # exponents up to 127

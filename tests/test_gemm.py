@@ -1,4 +1,4 @@
-"""fp8sim.gemm (fp8sim.pipeline): the fast kernel against the validated tensor-core model, the captured
+"""fp8sim.gemm (fp8sim.gemms.api): the fast kernel against the validated tensor-core model, the captured
 H200 GEMMs, hand-checkable cases, the error decomposition, padding and bad input."""
 
 import fractions
@@ -11,17 +11,11 @@ import pytest
 
 import fp8sim
 from fp8sim import tensorcore as tc
-from fp8sim.pipeline import (
-    SOURCES,
-    GemmReport,
-    along_k,
-    kernel_inputs,
-    padded_k,
-    quantize_operands,
-    scaled_matmul,
-    transpose_granularity,
-)
+from fp8sim.gemms.engine import scaled_matmul
+from fp8sim.gemms.error_report import SOURCES, GemmReport
+from fp8sim.gemms.operands import kernel_inputs, padded_k, quantize_operands
 from fp8sim.scaling import MX, Group, PerColumn, PerRow, PerTensor, Tile
+from fp8sim.scaling.orientation import along_k, transpose_granularity
 from fp8sim.tensorcore import load_capture
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -447,7 +441,7 @@ def test_nk_quantized_weights_keep_their_scales(g, blk, gt, r):
 )
 @pytest.mark.parametrize("shape", [(300, 200), (7, 130), (1, 64)])
 def test_transpose_q_dequantizes_to_the_transpose(g, shape):
-    from fp8sim.pipeline import transpose_quantized
+    from fp8sim.gemms.operands import transpose_quantized
 
     rng = np.random.default_rng(10)
     a = (rng.standard_normal(shape) * np.exp(rng.normal(0, 3, shape))).astype(np.float32)

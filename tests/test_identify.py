@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 import fp8sim
 from fp8sim.cli import main
-from fp8sim.identification import bit_match
-from fp8sim.scaled import k_slices
+from fp8sim.gemms.engine import k_slices
+from fp8sim.gemms.identification import bit_match
 from tests import capture_sets as lc
 
 M, N = 32, 48

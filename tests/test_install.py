@@ -407,7 +407,7 @@ def test_cache_key_follows_every_source_file(tmp_path):
     assert re.fullmatch(r"0\.1\.0-[0-9a-f]{16}", key)
     assert _numba_cache.package_key(b, "0.1.0") == key  # same sources elsewhere: the same cache
     assert _numba_cache.package_key(a, "0.2.0") != key
-    for rel in ("formats.py", "rounding/kernels.py", "rounding/fast8.py", "scaling/rows.py", "training/__init__.py"):
+    for rel in ("formats.py", "rounding/_kernels.py", "rounding/fast8.py", "scaling/rows.py", "training/__init__.py"):
         f = b / rel
         original = f.read_bytes()
         f.write_bytes(original + b"\n# changed\n")

@@ -125,8 +125,7 @@ def test_blockwise_split_boundaries_from_probes():
     """The two-tile probes: tiles t1 < t2 of one slice are combined by the promotion FMA, tiles of
     different slices by the fp32 sum of the slice results.  The slices hold 24 tiles (3072 K),
     which is k_slices(K, split_k, 512) for the fitted counts."""
-    from fp8sim.gemm_core import _fma32, scaled_matmul
-    from fp8sim.scaled import k_slices
+    from fp8sim.gemms.engine import _fma32, k_slices, scaled_matmul
 
     for g, (K, S) in (("probe64x64x16384", (16384, 6)), ("probe128x256x8192", (8192, 3))):
         d = GROUPS[g]
@@ -335,7 +334,7 @@ def test_scaled_gemm_nan_and_inf_scales_are_ieee():
 def test_split_k_changes_only_what_it_should():
     """Slices are ceil(ceil(K/g)/S)*g long; with fast accumulation the slices start new
     accumulators, and the result is the fp32 sum of the slices' GEMMs in order."""
-    from fp8sim.scaled import k_slices
+    from fp8sim.gemms.engine import k_slices
 
     assert k_slices(16384, 6, 128) == [(i * 2816, min(16384, (i + 1) * 2816)) for i in range(6)]
     assert k_slices(16384, 6, 512) == [(i * 3072, min(16384, (i + 1) * 3072)) for i in range(6)]
@@ -379,7 +378,7 @@ def test_ambiguous_scale_shape_and_mismatched_accumulator():
     """A (1, N) b_scale that fits per-column scales and 128x128 blocks (layout "nk", N <= 128,
     ceil(K/128) == N) is read as blocks beside 1x128 a-scales, per column beside row scales; FP8
     codes on the BF16 tensor-core model are refused."""
-    from fp8sim.gemm_core import scaled_matmul
+    from fp8sim.gemms.engine import scaled_matmul
 
     rng = np.random.default_rng(9)
     a, w = _codes((4, 256)), _codes((2, 256), 1)

@@ -13,12 +13,13 @@ import pytest
 
 import fp8sim
 import fp8sim.tensorcore as tc
-from fp8sim.recipes import PRESETS, Recipe, recipe
+from fp8sim.gemms.block_scaled import block_scaled_gemm
+from fp8sim.gemms.presets import PRESETS, recipe
+from fp8sim.gemms.recipes import Recipe
 from fp8sim.rounding import cast
 from fp8sim.scaling import NVFP4, Tile
 from fp8sim.scaling.hadamard import TE_SIGNS, hadamard_matrix, inverse_rht, rht, rht_matrix, rht_signs
 from fp8sim.scaling.nvfp4 import nvfp4_global_scale, quantize_nvfp4_2d
-from fp8sim.tensorcore.block_gemm import block_scaled_gemm
 from fp8sim.training import linear as L
 from fp8sim.training.model import Context, ModelConfig, precision_for
 from fp8sim.training.train import TrainConfig, train_one

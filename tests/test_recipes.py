@@ -1,4 +1,4 @@
-"""fp8sim.recipes: presets, lookup, validation."""
+"""fp8sim.gemms.recipes: presets, lookup, validation."""
 
 import dataclasses
 
@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 import fp8sim
-from fp8sim.recipes import PRESETS, Recipe
+from fp8sim.gemms.presets import PRESETS
+from fp8sim.gemms.recipes import Recipe
 
 NAMES = [
     "deepseek-v3",
@@ -58,7 +59,7 @@ def test_unknown_recipe_names_close_matches():
 
 
 def test_accumulators_come_from_the_tensorcore_registry():
-    from fp8sim.recipes import BF16_ACCUMULATORS, accumulator_names
+    from fp8sim.gemms.recipes import BF16_ACCUMULATORS, accumulator_names
     from fp8sim.tensorcore import model_names
 
     names = accumulator_names()
@@ -72,7 +73,7 @@ def test_accumulators_come_from_the_tensorcore_registry():
 
 
 def test_is_int_refuses_bools():
-    from fp8sim.recipes import is_int
+    from fp8sim.gemms.recipes import is_int
 
     assert is_int(3) and is_int(np.int64(3)) and not is_int(True) and not is_int(np.bool_(True)) and not is_int(3.0)
 

@@ -26,6 +26,7 @@ SHARED_PRIVATE_MODULES = {
     "fp8sim._numba_cache",
     "fp8sim._threads",
     "fp8sim._fpenv",
+    "fp8sim._moved",
     "fp8sim.training._detmath",
 }
 
@@ -182,12 +183,19 @@ def test_no_import_cycles():
 
 def _private_uses(path: Path, module: str | None) -> list[str]:
     """Where ``path`` uses a private name of another fp8sim module: ``from X import _n``, an import of a
-    private module that is not one of :data:`SHARED_PRIVATE_MODULES`, or ``X._n`` on an imported module."""
+    private module that is neither one of :data:`SHARED_PRIVATE_MODULES` nor of ``path``'s own package
+    (a package's ``_kernels``), or ``X._n`` on an imported module."""
     where = path.relative_to(ROOT)
     found = []
     aliases: dict[str, str] = {}  # local name -> the fp8sim module it is bound to
 
+    own = (module if path.name == "__init__.py" else module.rpartition(".")[0]) if module else None
+
     def private_module(mod: str) -> bool:
+        # a package's private modules (its kernels) are private to that package
+        parent, _, leaf = mod.rpartition(".")
+        if own is not None and parent == own and not any(_private(p) for p in parent.split(".")) and _private(leaf):
+            return False
         return any(_private(p) for p in mod.split(".")) and mod not in SHARED_PRIVATE_MODULES
 
     for node, target, names, alias in _imports(module or "", path):
@@ -283,3 +291,59 @@ def test_every_public_module_has_all():
             undefined += [f"{mod}.{n}" for n in names if n not in bound and n not in subs]
     assert not missing, "public modules without __all__: " + ", ".join(missing)
     assert not undefined, "names in __all__ that the module does not define: " + ", ".join(undefined)
+
+
+# ------------------------------------------------------------------ layering between packages
+#: fp8sim's units (a subpackage or a top-level module) by rank: a unit imports only units of a lower
+#: rank (docs/architecture.md has the same table); units of one rank do not import each other
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("fp8sim._version",),
+    (
+        "fp8sim._names",
+        "fp8sim._inputs",
+        "fp8sim._json",
+        "fp8sim._buffers",
+        "fp8sim._fpenv",
+        "fp8sim._numba_cache",
+        "fp8sim._threads",
+    ),
+    ("fp8sim.formats", "fp8sim.intrinsics"),
+    ("fp8sim.rounding",),
+    ("fp8sim.scaling", "fp8sim.tensorcore"),
+    ("fp8sim.metrics",),
+    ("fp8sim.gemms",),
+    ("fp8sim.training",),
+    ("fp8sim.torch", "fp8sim.plotting"),
+    ("fp8sim.studies",),
+    ("fp8sim.sweep", "fp8sim.report"),
+    ("fp8sim.cli",),
+    ("fp8sim._moved",),
+    ("fp8sim",),
+)
+
+
+def _unit(module: str) -> str:
+    parts = module.split(".")
+    return module if len(parts) == 1 else ".".join(parts[:2])
+
+
+def test_layers_cover_every_unit():
+    """Every subpackage and top-level module of fp8sim has a rank in :data:`LAYERS` (once)."""
+    ranked = [u for layer in LAYERS for u in layer]
+    assert len(ranked) == len(set(ranked)), "a unit is listed twice in LAYERS"
+    units = {_unit(m) for m in MODULES}
+    assert units == set(ranked), f"unranked: {sorted(units - set(ranked))}; gone: {sorted(set(ranked) - units)}"
+
+
+def test_packages_import_only_lower_layers():
+    """Imports between fp8sim's packages point down :data:`LAYERS` (module level or inside functions):
+    nothing in tensorcore/ or scaling/ imports gemms/, gemms/ imports neither training/ nor torch/, and
+    so on; siblings of one rank (scaling and tensorcore) do not import each other."""
+    rank = {u: i for i, layer in enumerate(LAYERS) for u in layer}
+    bad = []
+    for mod, targets in _import_graph().items():
+        for target in targets:
+            a, b = _unit(mod), _unit(target)
+            if a != b and rank[b] >= rank[a]:
+                bad.append(f"{mod} -> {target} ({a} rank {rank[a]}, {b} rank {rank[b]})")
+    assert not bad, "imports against the layering:\n" + "\n".join(sorted(bad))

@@ -20,7 +20,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 import fp8sim  # noqa: E402
 import fp8sim.torch as ft  # noqa: E402
-from fp8sim.recipes import Recipe  # noqa: E402
+from fp8sim.gemms.recipes import Recipe  # noqa: E402
 from fp8sim.scaling import DelayedScaling  # noqa: E402
 from fp8sim.torch.stateful import is_stateful  # noqa: E402
 from fp8sim.training.linear import Linear as NpLinear  # noqa: E402

@@ -16,9 +16,9 @@ import pytest
 
 import fp8sim
 import fp8sim.tensorcore as tc
-from fp8sim.recipes import recipe
+from fp8sim.gemms.block_scaled import block_scaled_gemm, k_block
+from fp8sim.gemms.presets import recipe
 from fp8sim.scaling.nvfp4 import quantize_nvfp4_2d
-from fp8sim.tensorcore.block_gemm import block_scaled_gemm, k_block
 
 BLOCK_SCALED = {"mxfp8-blackwell": 32, "mxfp4": 32, "nvfp4": 16}  # recipe -> scale block along K
 
@@ -125,7 +125,7 @@ def test_k_block_is_the_granularitys_not_the_clamped_block_shape():
 def test_blocks_the_instruction_does_not_take_are_refused():
     """An MX operand quantized with 16-element blocks on the MXFP8 MMA (which takes UE8M0 per 32): a
     ValueError naming the blocks, not a shape error from deeper down."""
-    from fp8sim.tensorcore.block_gemm import block_scaled_gemm_quantized
+    from fp8sim.gemms.block_scaled import block_scaled_gemm_quantized
 
     x, w = operands(2, 64, 3, 0)
     qx = fp8sim.quantize(x, "e4m3", "mx16")

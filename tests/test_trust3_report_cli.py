@@ -222,7 +222,7 @@ def test_sweep_help_states_each_default_once(capsys):
 # ------------------------------------------------------------------ split-K slice sums: IEEE, no warnings
 @pytest.mark.parametrize("order", ["sequential", "reverse", "pairwise"])
 def test_combine_slices_overflows_to_inf_without_warnings(order):
-    from fp8sim.gemm_core import combine_slices
+    from fp8sim.gemms.engine import combine_slices
 
     big = np.full(3, 3e38, np.float32)
     inf = np.full(3, np.inf, np.float32)

@@ -16,8 +16,8 @@ import fp8sim
 import fp8sim.tensorcore as tc
 from fp8sim.cli import main
 from fp8sim.formats import format as fmt_of
-from fp8sim.identification import bit_match
-from fp8sim.scaled import k_slices
+from fp8sim.gemms.engine import k_slices
+from fp8sim.gemms.identification import bit_match
 from fp8sim.tensorcore import archs
 from fp8sim.tensorcore.registry import PRESETS
 
@@ -222,7 +222,7 @@ def test_identify_samples_rows_that_tell_candidates_apart():
 
 def test_identify_widens_stage_2_when_its_sample_cannot_tell(monkeypatch):
     # the sample of before: rows and columns evenly spread, here 8 zero rows (every candidate 100 %)
-    from fp8sim import identification
+    from fp8sim.gemms import identification
 
     def spread(p, shape):
         return identification._spread(p.M, shape[0]), identification._spread(p.N, shape[1])

@@ -292,7 +292,7 @@ def _sweep_args(p):
     "  fp8sim train --recipes bf16,deepseek-v3 --steps 20 --fidelity exact --out out/exact",
 )
 def _train(args) -> int:
-    from ..recipes import recipe
+    from ..gemms.presets import recipe
     from ..training.train import DEFAULT_RECIPES, train
 
     if args.recipes is None:

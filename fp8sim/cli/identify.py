@@ -113,7 +113,7 @@ def _row_text(row: dict) -> str:
     "(no such file).",
 )
 def _identify(args) -> int:
-    from ..identification import identify, recipe_fields
+    from ..gemms.identification import identify, recipe_fields
 
     path = check_in_file(args.file, "FILE", (".npz",))
     kw = load_identify_npz(path)

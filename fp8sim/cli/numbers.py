@@ -40,11 +40,21 @@ _NEGATIVE_NUMBER = re.compile(
 @command(
     "info",
     "show a format's properties, or a table of all formats",
-    "examples:\n  fp8sim info e4m3\n  fp8sim info --all\n  fp8sim info e5m2 --json",
+    "examples:\n  fp8sim info e4m3\n  fp8sim info --all\n  fp8sim info e5m2 --json\n"
+    "  fp8sim info --kernels deepseek-v3\n  fp8sim info --kernels nvfp4 --backend cupy",
 )
 def _info(args) -> int:
     from .. import formats
 
+    if args.kernels is not None:
+        from ..gemms.kernels import kernel_choice
+
+        choice = kernel_choice(args.kernels, backend=args.backend, fidelity=args.fidelity)
+        if args.json:
+            emit_json(choice.summary())
+        else:
+            print(choice.explain())
+        return 0
     if args.models:
         from ..tensorcore import models_listing
 
@@ -107,6 +117,17 @@ def _info_args(p):
     p.add_argument("--all", action="store_true", help="side-by-side table of every catalogue format")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--models", action="store_true", help="every tensor-core model with its evidence label")
+    p.add_argument(
+        "--kernels",
+        metavar="RECIPE",
+        help="which kernel computes RECIPE's GEMM on this machine, and why each faster one was not taken",
+    )
+    p.add_argument(
+        "--backend", default="cpu", choices=("cpu", "cupy"), help="with --kernels: the backend (default cpu)"
+    )
+    p.add_argument(
+        "--fidelity", default="exact", choices=("exact", "fast"), help="with --kernels: the fidelity (default exact)"
+    )
 
 
 # ---------------------------------------------------------------- round

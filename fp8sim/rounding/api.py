@@ -2,7 +2,7 @@
 
 ``round(x, fmt, mode)`` returns values of ``fmt`` in ``x``'s float dtype;
 ``encode`` returns their bit patterns; ``decode`` turns codes back into
-values.  All three run one numba mechanism (:mod:`fp8sim.rounding.kernels`) that is
+values.  All three run one numba mechanism (:mod:`fp8sim.rounding._kernels`) that is
 parameterized by the format and the mode.
 
 Rounding modes
@@ -47,7 +47,7 @@ from .._fpenv import ieee_defaults
 from .._inputs import flag, float_input
 from ..formats import Format, NanStyle
 from ..formats import format as _lookup
-from . import kernels as K
+from . import _kernels as K
 from .modes import MODES, check_sr_bits, round_mode, sr_key
 from .params import FormatParams, float32_kernel_ok, format_params
 

@@ -1,6 +1,6 @@
 """Round to nearest even into a signed 8-bit format, specialized for float32 lanes.
 
-The same rounding as :func:`fp8sim.rounding.kernels.round_one` in mode RNE (the quantization tests
+The same rounding as ``round_one`` (``fp8sim.rounding._kernels``) in mode RNE (the quantization tests
 check the two equal, code for code, on sweeps of every float32 binade), written for the fused
 quantization kernels: 32-bit integer and float32 lane arithmetic only, so that it vectorizes.
 

@@ -7,7 +7,7 @@ and scale policy in common use through one mechanism.
 
 Modules: :mod:`~fp8sim.scaling.granularities` (how blocks are cut),
 :mod:`~fp8sim.scaling.policy` (a block's scale from its amax),
-:mod:`~fp8sim.scaling.rows` and :mod:`~fp8sim.scaling.kernels` (the numba
+:mod:`~fp8sim.scaling.rows` and ``fp8sim.scaling._kernels`` (the numba
 kernels), :mod:`~fp8sim.scaling.tensor` (:class:`QuantizedTensor`) and
 :mod:`~fp8sim.scaling.quantization` (:func:`quantize`).
 
@@ -56,7 +56,15 @@ name           block_shape           scales shape for x of shape (..., M, N)
 
 Delayed scaling keeps state (its amax history): make the object once
 (``g = fp8sim.granularity("delayed")`` or :class:`DelayedScaling`) and pass it
-to every :func:`quantize` call; the name alone raises ValueError.
+to every :func:`quantize` call; the name alone raises ValueError.  The object is frozen
+(``history_len``, ``algo``); its history is the :class:`AmaxHistory` in ``g.state``.
+
+New granularities
+-----------------
+Subclass :class:`Granularity` (a frozen dataclass: ``name``, ``_view`` and, where they differ from
+the defaults, ``transposed()``, ``k_block()``, ...) and register its spelling with
+:func:`register_granularity`: ``fp8sim.granularity``, :func:`quantize` and recipe strings then
+know it.
 
 Scale policies
 --------------
@@ -104,6 +112,7 @@ from __future__ import annotations
 from .granularities import (
     MX,
     NVFP4,
+    AmaxHistory,
     DelayedScaling,
     Granularity,
     Group,
@@ -111,10 +120,9 @@ from .granularities import (
     PerRow,
     PerTensor,
     Tile,
-    granularity,
-    granularity_names,
     view_of,
 )
+from .names import granularity, granularity_names, register_granularity
 from .policy import SCALE_FORMATS, SCALE_ROUNDINGS, ScalePolicy, canonical_scale_rounding, scale_policy
 from .quantization import quantize
 from .tensor import QuantizedTensor, dequantize
@@ -129,6 +137,8 @@ __all__ = [
     "MX",
     "NVFP4",
     "DelayedScaling",
+    "AmaxHistory",
+    "register_granularity",
     "QuantizedTensor",
     "granularity",
     "granularity_names",

@@ -2,18 +2,16 @@
 
 Each :class:`Granularity` gives the block extent along every axis of ``x`` (:meth:`~Granularity.block_shape`),
 the shape of its ``scales`` (:meth:`~Granularity.scale_shape`) and the canonical ``(B, M, N)`` view with
-blocks ``(bm, bn)`` that the kernels work on (:func:`view_of`).  :func:`granularity` parses the short names
-(``"tensor"``, ``"1x128"``, ``"mx32"``, ...).
+blocks ``(bm, bn)`` that the kernels work on (:func:`view_of`).  :func:`fp8sim.scaling.names.granularity` parses the
+short names (``"tensor"``, ``"1x128"``, ``"mx32"``, ...).
 """
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import ClassVar
 
 import numpy as np
-
-from .._names import unknown_name_error
 
 __all__ = [
     "Granularity",
@@ -25,10 +23,11 @@ __all__ = [
     "MX",
     "NVFP4",
     "DelayedScaling",
-    "granularity",
-    "granularity_names",
+    "AmaxHistory",
     "view_of",
 ]
+
+_PROBE = 1 << 30  # an axis longer than any block: what block_shape gives along it is "all of the axis"
 
 
 def _prod(xs) -> int:
@@ -58,9 +57,12 @@ def _axis(axis, ndim: int, who: str) -> int:
 class Granularity:
     """Base class: how a tensor is cut into blocks that share one scale.
 
-    Subclasses define :meth:`block_shape` (block extents per axis of ``x``)
-    and the canonical 3-D view ``(B, M, N)`` with blocks ``(bm, bn)`` the
-    kernels work on (:meth:`_view`).
+    Subclasses (frozen dataclasses) define ``name`` and :meth:`block_shape` (block extents per
+    axis of ``x``; the built-ins define the canonical 3-D view ``(B, M, N)`` with blocks
+    ``(bm, bn)`` the kernels work on, ``_view``, instead).  The other methods say how the
+    granularity behaves in a GEMM, in training and in the scale policy; their defaults fit a
+    one-level granularity with blocks inside each matrix, and the built-ins override them.
+    :func:`register_granularity` gives a new one a name.
     """
 
     @property
@@ -73,8 +75,17 @@ class Granularity:
     #: scale format and rounding used when quantize() is given None
     default_scale_format = "fp32"
 
-    def _view(self, shape: tuple) -> tuple:  # pragma: no cover - overridden
-        raise NotImplementedError
+    def _view(self, shape: tuple) -> tuple:
+        """``(B, M, N, bm, bn, axis)``: the kernels' view.  Default, from :meth:`block_shape`:
+        blocks of ``(bm, bn)`` within each matrix of the last two axes (a new granularity need only
+        define :meth:`block_shape`)."""
+        if type(self).block_shape is Granularity.block_shape:
+            raise NotImplementedError(f"{type(self).__name__} defines neither block_shape() nor _view()")
+        blk = tuple(int(b) for b in self.block_shape(shape))
+        if len(blk) != len(shape) or any(b != 1 for b in blk[:-2]):
+            raise ValueError(f"{self.name}: blocks {blk} of shape {shape} must lie within the last two axes")
+        B, M, N = _matrix_view(shape)
+        return B, M, N, (blk[-2] if len(shape) >= 2 else 1), blk[-1], None
 
     def block_shape(self, shape) -> tuple:
         """Extent of one block along each axis of an ``x`` of this shape."""
@@ -87,6 +98,94 @@ class Granularity:
         shape = tuple(int(s) for s in shape)
         blk = self.block_shape(shape)
         return tuple(-(-s // b) for s, b in zip(shape, blk))
+
+    # ---- behaviour the rest of fp8sim asks of a granularity (override where the defaults do not fit)
+
+    #: the scale comes from state the object carries (delayed scaling's amax history), not from ``x``;
+    #: such a granularity must be passed as the object (its name would make a fresh, empty state)
+    stateful: ClassVar[bool] = False
+    #: two-level scales: block scales times a per-tensor scale (NVFP4)
+    two_level: ClassVar[bool] = False
+    #: the granularity fixes its scale format: a recipe's ``scale_format`` is not passed to it (MX: E8M0)
+    own_scale_format: ClassVar[bool] = False
+
+    def transposed(self) -> Granularity:
+        """The granularity of the transpose of a 2-D tensor: the same blocks, axes swapped.
+
+        Default: ``self`` where a block is square on a large square probe (one scale for the tensor,
+        square tiles); otherwise NotImplementedError (a granularity with oblong blocks must say how
+        it transposes)."""
+        a, b = self.block_shape((_PROBE, _PROBE))[-2:]
+        if a == b:
+            return self
+        raise NotImplementedError(f"{type(self).__name__} ({self.name}) does not define transposed()")
+
+    @property
+    def same_when_transposed(self) -> bool:
+        """True when the tensor and its transpose get the same blocks (per tensor, square tiles)."""
+        try:
+            return self.transposed() == self
+        except (ValueError, NotImplementedError):
+            return False
+
+    def k_block(self, who: str = "fp8sim.Recipe", which: str = "granularity") -> int | None:
+        """The extent along K of one scale block of this recipe granularity (spelled for an operand
+        whose last axis is K: ``x (M, K)``, ``w (N, K)``); None for one block over all of K.  Raises
+        ValueError (TypeError) naming ``who`` and ``which`` where a GEMM cannot apply it.
+
+        Default: the block extent along the last axis of a large probe tensor."""
+        try:
+            b = int(self.block_shape((_PROBE, _PROBE))[-1])
+        except NotImplementedError:
+            raise TypeError(f"{who}: {which} {self!r} is not a granularity the GEMM knows") from None
+        return None if b >= _PROBE else b
+
+    def block_extent(self, axis: int) -> int | None:
+        """The extent along ``axis`` (0 or 1) of a 2-D tensor of one block, not clamped to the
+        tensor (32 for ``"mx32"`` along its axis); None where the block spans what the tensor's shape
+        gives (:meth:`block_shape`)."""
+        return None
+
+    @property
+    def mma_block_scale(self) -> tuple[str, int] | None:
+        """``(scale kind, block size)`` where a block-scaled MMA folds this recipe granularity's
+        scales in (``("ue8m0", 32)`` for ``"mx32"``, ``("ue4m3", 16)`` for ``"nvfp4"``, blocks
+        along K); None for granularities no block-scaled MMA takes."""
+        return None
+
+    @property
+    def device_quantizable(self) -> bool:
+        """True where the GPU quantizer of :mod:`fp8sim.gemms.device` applies (one-level scales
+        from the tensor itself)."""
+        return not (self.stateful or self.two_level)
+
+    def grouped(self, size: int) -> Granularity:
+        """Groups of ``size`` along the last axis with this granularity's kind of scale
+        (:class:`MX` for MX, else :class:`Group`)."""
+        return Group(size)
+
+    # a stateful granularity (``stateful = True``) keeps an amax history: quantize() takes the
+    # scale from history_amax() and then record()s the tensor's amax
+    def history_amax(self) -> float:
+        """The amax the next quantize() uses (stateful granularities only)."""
+        raise TypeError(f"granularity {self.name} keeps no amax history")
+
+    def record(self, amax: float) -> None:
+        """Record a tensor's amax in the history (stateful granularities only)."""
+        raise TypeError(f"granularity {self.name} keeps no amax history")
+
+    # scale-policy hooks (fp8sim.scaling.policy.scale_policy)
+    def fixed_scale(self, scale_format, scale_rounding) -> tuple[str, str | None] | None:
+        """``(scale_format, scale_rounding)`` where the granularity fixes them (checking the given
+        ones), None where the caller's (or the defaults) apply."""
+        return None
+
+    def check_scale_format(self, scale_format: str) -> None:
+        """Raise ValueError where this granularity cannot use the (canonical) ``scale_format``."""
+
+    def default_scale_rounding(self, scale_format: str) -> str:
+        """The scale rounding used for ``scale_format`` when none is given (not fp32)."""
+        return "ceil" if scale_format == "bf16" else "rceil"
 
 
 def _block_shape_from_view(shape, bm, bn, axis):
@@ -122,6 +221,12 @@ class PerTensor(Granularity):
         R = _prod(shape[:-1])
         return 1, R, shape[-1], R, shape[-1], "tensor"
 
+    def transposed(self) -> Granularity:
+        return self
+
+    def k_block(self, who: str = "fp8sim.Recipe", which: str = "granularity") -> int | None:
+        return None
+
 
 @dataclass(frozen=True)
 class PerRow(Granularity):
@@ -133,6 +238,12 @@ class PerRow(Granularity):
 
     def _view(self, shape):
         return 1, _prod(shape[:-1]), shape[-1], 1, shape[-1], None
+
+    def transposed(self) -> Granularity:
+        return PerColumn()
+
+    def k_block(self, who: str = "fp8sim.Recipe", which: str = "granularity") -> int | None:
+        return None
 
 
 @dataclass(frozen=True)
@@ -150,6 +261,16 @@ class PerColumn(Granularity):
     def _view(self, shape):
         B, M, N = _matrix_view(shape)
         return B, M, N, M, 1, None
+
+    def transposed(self) -> Granularity:
+        return PerRow()
+
+    def k_block(self, who: str = "fp8sim.Recipe", which: str = "granularity") -> int | None:
+        raise ValueError(
+            f"{who}: {which} 'col' gives every K element its own scale, which a GEMM cannot apply "
+            "(recipe granularities are spelled for an operand whose last axis is K: x (M, K), "
+            "w (N, K); 'row' is one scale per token / output channel)"
+        )
 
 
 @dataclass(frozen=True)
@@ -187,6 +308,15 @@ class Tile(Granularity):
             blk[-2] = min(self.rows, shape[-2])
         return tuple(blk)
 
+    def transposed(self) -> Granularity:
+        return Tile(self.cols, self.rows)
+
+    def k_block(self, who: str = "fp8sim.Recipe", which: str = "granularity") -> int | None:
+        return self.cols
+
+    def block_extent(self, axis: int) -> int | None:
+        return int(self.cols if axis == 1 else self.rows)
+
 
 @dataclass(frozen=True)
 class Group(Granularity):
@@ -221,6 +351,22 @@ class Group(Granularity):
         blk[a] = min(self.size, shape[a])
         return tuple(blk)
 
+    def transposed(self) -> Granularity:
+        if self.axis not in (-2, -1, 0, 1):
+            raise ValueError(f"transpose_granularity: {self.name} has axis {self.axis}, not an axis of a 2-D tensor")
+        return replace(self, axis=0 if self.axis in (-1, 1) else -1)
+
+    def k_block(self, who: str = "fp8sim.Recipe", which: str = "granularity") -> int | None:
+        if self.axis in (-1, 1):
+            return self.size
+        raise ValueError(
+            f"{who}: {which} {self.name} runs along axis {self.axis}; a recipe granularity is spelled for "
+            f"an operand whose last axis is K (x (M, K), w (N, K)), so groups run along axis -1"
+        )
+
+    def block_extent(self, axis: int) -> int | None:
+        return int(self.size) if self.axis % 2 == axis else None
+
 
 @dataclass(frozen=True)
 class MX(Group):
@@ -238,6 +384,25 @@ class MX(Group):
     @property
     def name(self) -> str:
         return f"mx{self.size}" + ("" if self.axis == -1 else f"@{self.axis}")
+
+    own_scale_format = True
+
+    @property
+    def mma_block_scale(self) -> tuple[str, int] | None:
+        return ("ue8m0", self.size) if self.axis in (-1, 1) else None
+
+    def grouped(self, size: int) -> Granularity:
+        return MX(size)
+
+    def check_scale_format(self, scale_format: str) -> None:
+        if scale_format != "e8m0":
+            raise ValueError(
+                f"MX blocks use E8M0 scales (scale_format='e8m0'), got {scale_format!r}; "
+                f"use Group({self.size}) / 'g{self.size}' for other scale formats"
+            )
+
+    def default_scale_rounding(self, scale_format: str) -> str:
+        return "floor"
 
 
 @dataclass(frozen=True)
@@ -260,7 +425,61 @@ class NVFP4(Group):
     def name(self) -> str:
         return "nvfp4" + ("" if self.size == 16 else str(self.size)) + ("" if self.axis == -1 else f"@{self.axis}")
 
+    two_level = True
 
+    @property
+    def mma_block_scale(self) -> tuple[str, int] | None:
+        return ("ue4m3", self.size) if self.axis in (-1, 1) else None
+
+    def k_block(self, who: str = "fp8sim.Recipe", which: str = "granularity") -> int | None:
+        raise ValueError(
+            f"{who}: {which} {self.name}: two-level (NVFP4) scales are not supported by the FP8 GEMM "
+            "(use 'mx32', 'g128', '1x128', 'tensor', ...)"
+        )
+
+    def fixed_scale(self, scale_format, scale_rounding) -> tuple[str, str | None] | None:
+        if scale_format not in (None, "e4m3"):
+            raise ValueError(
+                f"nvfp4 scales are E4M3 block scales times an FP32 tensor scale; "
+                f"scale_format must be None or 'e4m3', got {scale_format!r}"
+            )
+        if scale_rounding is not None:
+            raise ValueError("nvfp4 block scales are rounded to nearest (satfinite); scale_rounding must be None")
+        return "e4m3", None
+
+
+class AmaxHistory:
+    """The state of :class:`DelayedScaling`: a rolling window of amaxes, newest first (like
+    TransformerEngine's ``fp8_meta`` amax history).  ``values`` is a float64 array of the window's
+    length; :meth:`record` pushes an amax in."""
+
+    __slots__ = ("values",)
+
+    def __init__(self, history_len: int, amax_history=None):
+        buf = np.zeros(_positive_int(history_len, "DelayedScaling history_len"), dtype=np.float64)
+        if amax_history is not None:
+            h = np.asarray(amax_history, dtype=np.float64).reshape(-1)[: buf.size]
+            if not (np.isfinite(h) & (h >= 0)).all():
+                raise ValueError("amax_history must hold finite, non-negative values")
+            buf[: h.size] = h
+        self.values = buf
+
+    def __repr__(self) -> str:
+        return f"AmaxHistory({self.values.tolist()!r})"
+
+    def amax(self, algo: str) -> float:
+        """The amax of the window: its maximum (``algo="max"``) or newest entry (``"most_recent"``)."""
+        h = self.values
+        return float(np.max(h)) if algo == "max" else float(h[0])
+
+    def record(self, amax: float) -> None:
+        """Push ``amax`` into the window (newest first); non-finite values are skipped, as TE does."""
+        if np.isfinite(amax):
+            self.values = np.roll(self.values, 1)
+            self.values[0] = amax
+
+
+@dataclass(frozen=True, init=False, eq=False, repr=False)
 class DelayedScaling(Granularity):
     """Per-tensor delayed scaling (TransformerEngine style).
 
@@ -270,29 +489,38 @@ class DelayedScaling(Granularity):
     While the history holds no positive amax the scale is 1.0 (TE's initial
     scale).  Each :func:`quantize` call then records the current tensor's
     amax in the history (a rolling window of ``history_len`` entries, newest
-    first) -- this object is the mutable state, like TE's ``fp8_meta``.
+    first).  The configuration (``history_len``, ``algo``) is frozen; the history is the
+    :class:`AmaxHistory` in ``state`` (``amax_history`` reads it), so every object is its own
+    state: objects compare by identity, and ``copy.deepcopy`` gives an independent history.
     ``scales.shape == (1,) * x.ndim``; values above ``fmt.max * scale``
     saturate (``saturate=True``) -- see ``metrics.fraction_saturated``.
     """
 
-    def __init__(self, history_len: int = 16, algo: str = "max", amax_history=None):
-        self.history_len = _positive_int(history_len, "DelayedScaling history_len")
+    history_len: int
+    algo: str
+    state: AmaxHistory
+
+    stateful = True
+
+    def __init__(
+        self, history_len: int = 16, algo: str = "max", amax_history=None, *, state: AmaxHistory | None = None
+    ):
+        history_len = _positive_int(history_len, "DelayedScaling history_len")
         if algo not in ("max", "most_recent"):
             raise ValueError(f"DelayedScaling algo must be 'max' or 'most_recent', got {algo!r}")
-        self.algo = algo
-        buf = np.zeros(self.history_len, dtype=np.float64)
-        if amax_history is not None:
-            h = np.asarray(amax_history, dtype=np.float64).reshape(-1)[: self.history_len]
-            if not (np.isfinite(h) & (h >= 0)).all():
-                raise ValueError("amax_history must hold finite, non-negative values")
-            buf[: h.size] = h
-        self.amax_history = buf
-
-    def __repr__(self) -> str:
-        return f"DelayedScaling(history_len={self.history_len}, algo={self.algo!r}, amax={self.history_amax()})"
+        if state is None:
+            state = AmaxHistory(history_len, amax_history)
+        elif amax_history is not None or not isinstance(state, AmaxHistory) or state.values.size != history_len:
+            raise ValueError("DelayedScaling: give amax_history or an AmaxHistory state of history_len entries")
+        object.__setattr__(self, "history_len", history_len)
+        object.__setattr__(self, "algo", algo)
+        object.__setattr__(self, "state", state)
 
     __eq__ = object.__eq__
     __hash__ = object.__hash__
+
+    def __repr__(self) -> str:
+        return f"DelayedScaling(history_len={self.history_len}, algo={self.algo!r}, amax={self.history_amax()})"
 
     @property
     def name(self) -> str:
@@ -301,72 +529,24 @@ class DelayedScaling(Granularity):
     def _view(self, shape):
         return PerTensor()._view(shape)
 
+    def transposed(self) -> Granularity:
+        return self  # one scale, and the same state
+
+    def k_block(self, who: str = "fp8sim.Recipe", which: str = "granularity") -> int | None:
+        return None
+
+    @property
+    def amax_history(self) -> np.ndarray:
+        """The amax history (float64, ``history_len`` entries, newest first): ``state.values``."""
+        return self.state.values
+
     def history_amax(self) -> float:
         """The amax the next quantize() will use (0.0 while the history is empty)."""
-        h = self.amax_history
-        return float(np.max(h)) if self.algo == "max" else float(h[0])
+        return self.state.amax(self.algo)
 
     def record(self, amax: float) -> None:
         """Push ``amax`` into the history (newest first); non-finite values are skipped, as TE does."""
-        if np.isfinite(amax):
-            self.amax_history = np.roll(self.amax_history, 1)
-            self.amax_history[0] = amax
-
-
-_NAMED = {
-    "tensor": PerTensor,
-    "per_tensor": PerTensor,
-    "row": PerRow,
-    "token": PerRow,
-    "per_row": PerRow,
-    "col": PerColumn,
-    "column": PerColumn,
-    "channel": PerColumn,
-    "per_col": PerColumn,
-}
-_PATTERNS = [
-    (re.compile(r"^(\d+)x(\d+)$"), lambda m: Tile(int(m[1]), int(m[2]))),
-    (re.compile(r"^g(\d+)$"), lambda m: Group(int(m[1]))),
-    (re.compile(r"^mx(\d+)$"), lambda m: MX(int(m[1]))),
-    (re.compile(r"^mx$"), lambda m: MX(32)),
-    (re.compile(r"^nvfp4$"), lambda m: NVFP4(16)),
-    (re.compile(r"^delayed(\d*)$"), lambda m: DelayedScaling(int(m[1]) if m[1] else 16)),
-]
-
-
-def granularity_names() -> list[str]:
-    """The string forms :func:`granularity` understands (``N``, ``R``, ``C`` any positive ints)."""
-    return [
-        "tensor",
-        "row",
-        "col",
-        "1xN (e.g. 1x128)",
-        "RxC (e.g. 128x128)",
-        "gN (e.g. g32)",
-        "mxN (e.g. mx32)",
-        "nvfp4",
-        "delayed / delayedN (history length N)",
-    ]
-
-
-def granularity(g) -> Granularity:
-    """A :class:`Granularity` from its short name (or the object itself)."""
-    if isinstance(g, Granularity):
-        return g
-    if not isinstance(g, str):
-        raise TypeError(f"granularity must be a Granularity or a name, got {type(g).__name__}")
-    key = g.strip().lower()
-    if key in _NAMED:
-        return _NAMED[key]()
-    for pat, make in _PATTERNS:
-        m = pat.match(key)
-        if m:
-            nums = [int(v) for v in m.groups() if v]
-            if any(v <= 0 for v in nums):
-                raise ValueError(f"granularity {g!r}: tile/group sizes must be positive ints")
-            return make(m)
-    examples = ("tensor", "row", "col", "1x128", "128x128", "g32", "mx32", "nvfp4", "delayed")
-    raise unknown_name_error("granularity", g, granularity_names(), candidates=examples, plural="granularities")
+        self.state.record(amax)
 
 
 def view_of(g: Granularity, shape: tuple) -> tuple:

@@ -36,11 +36,10 @@ import numpy as np
 
 from ..formats import E4M3, NanStyle
 from ..formats import format as _lookup_format
-from ..rounding import format_params, round_mode, sr_key
-from ..rounding import kernels as K
+from ..rounding import SR, format_params, round_mode, sr_key
 from ..rounding.fast8 import NO_FAST
+from ._kernels import NO_TABLE, apply
 from .granularities import NVFP4, Tile, view_of
-from .kernels import NO_TABLE, apply
 from .policy import FLT_MAX, finish_scales, scale_policy, scales_from_amax
 from .quantization import bit_view, block_amax, input_array, tensor_amax
 from .tensor import QuantizedTensor
@@ -92,7 +91,7 @@ def quantize_nvfp4_2d(
     if xc.size == 0:
         raise ValueError(f"quantize_nvfp4_2d: x is empty (shape {xc.shape})")
     rm = round_mode(mode)
-    key = sr_key(seed) if int(rm) == K.SR else np.uint64(0)
+    key = sr_key(seed) if int(rm) == SR else np.uint64(0)
     g = Tile(int(tile), int(tile))
     shape = tuple(xc.shape)
     _sf, _sr, sp = scale_policy(NVFP4(int(tile)), f, None, None, margin)

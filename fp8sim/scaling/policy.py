@@ -30,7 +30,7 @@ from ..formats import format as _lookup_format
 from ..intrinsics import fdiv, fma64
 from ..rounding import RoundMode, round_mode
 from ..rounding import round as _round
-from .granularities import MX, NVFP4, granularity
+from .names import granularity
 
 __all__ = [
     "ScalePolicy",
@@ -129,25 +129,15 @@ def scale_policy(g, fmt, scale_format=None, scale_rounding=None, margin=0) -> tu
     if isinstance(margin, (bool, np.bool_)) or not isinstance(margin, (int, np.integer)):
         raise TypeError(f"margin must be an int (a number of binades), got {margin!r}")
     margin = int(margin)
-    if isinstance(g, NVFP4):
-        if scale_format not in (None, "e4m3"):
-            raise ValueError(
-                f"nvfp4 scales are E4M3 block scales times an FP32 tensor scale; "
-                f"scale_format must be None or 'e4m3', got {scale_format!r}"
-            )
-        if scale_rounding is not None:
-            raise ValueError("nvfp4 block scales are rounded to nearest (satfinite); scale_rounding must be None")
-        sf, sr = "e4m3", None
+    fixed = g.fixed_scale(scale_format, scale_rounding)  # (NVFP4: E4M3 block scales, no rounding choice)
+    if fixed is not None:
+        sf, sr = fixed
     else:
         sf = g.default_scale_format if scale_format is None else scale_format
         if not isinstance(sf, str) or sf.lower() not in SCALE_FORMATS:
             raise unknown_name_error("scale_format", scale_format, SCALE_FORMATS, plural="scale formats")
         sf = sf.lower()
-        if isinstance(g, MX) and sf != "e8m0":
-            raise ValueError(
-                f"MX blocks use E8M0 scales (scale_format='e8m0'), got {sf!r}; "
-                f"use Group({g.size}) / 'g{g.size}' for other scale formats"
-            )
+        g.check_scale_format(sf)  # (MX: E8M0 only)
         if sf == "fp32":
             if scale_rounding is not None:
                 raise ValueError(
@@ -156,7 +146,7 @@ def scale_policy(g, fmt, scale_format=None, scale_rounding=None, margin=0) -> tu
                 )
             sr = None
         else:
-            default = "floor" if isinstance(g, MX) else ("ceil" if sf == "bf16" else "rceil")
+            default = g.default_scale_rounding(sf)
             sr = canonical_scale_rounding(default if scale_rounding is None else scale_rounding)
     return sf, sr, _policy_of(fmt, sf, sr, margin)
 

@@ -12,12 +12,11 @@ from .._fpenv import ieee_defaults
 from .._inputs import flag, float_input
 from ..formats import E4M3, NanStyle
 from ..formats import format as _lookup_format
-from ..rounding import float32_kernel_ok, format_params, memo_table, round_mode, sr_key
-from ..rounding import kernels as K
+from ..rounding import RNE, SR, float32_kernel_ok, format_params, memo_table, round_mode, sr_key
 from ..rounding.fast8 import NO_FAST, fast_params
-from .granularities import NVFP4, DelayedScaling, Granularity, view_of
-from .granularities import granularity as _granularity
-from .kernels import NO_TABLE, amax_cols, amax_rows, apply, fused, fused_bands32
+from ._kernels import NO_TABLE, amax_cols, amax_rows, apply, fused, fused_bands32
+from .granularities import Granularity, view_of
+from .names import granularity as _granularity
 from .policy import FLT_MAX, finish_scales, scale_policy, scales_from_amax
 from .tensor import QuantizedTensor
 
@@ -85,7 +84,7 @@ def quantize(
     saturate = flag(saturate, "fp8sim.quantize", "saturate")
     ignore_nan = flag(ignore_nan, "fp8sim.quantize", "ignore_nan")
     g = _granularity(granularity)
-    if isinstance(g, DelayedScaling) and not isinstance(granularity, Granularity):
+    if g.stateful and not isinstance(granularity, Granularity):
         raise ValueError(
             f"quantize: granularity {granularity!r} given by name makes a new DelayedScaling, with an empty "
             "amax history, on every call, so every tensor would get the scale 1.0; create the object once "
@@ -101,7 +100,7 @@ def quantize(
         raise ValueError(f"quantize: element format must be signed with zero, got {fmt.name}")
     rm = round_mode(mode)
     m = int(rm)
-    key = sr_key(seed) if m == K.SR else np.uint64(0)
+    key = sr_key(seed) if m == SR else np.uint64(0)
     xc, orig_dtype = input_array(x)
     if xc.size == 0:
         raise ValueError(f"quantize: x is empty (shape {xc.shape})")
@@ -110,21 +109,21 @@ def quantize(
     nbm, nbn = -(-M // bm), -(-N // bn)
     sf, sr, sp = scale_policy(g, fmt, scale_format, scale_rounding, margin)
     p = format_params(fmt, bool(saturate), False, 52)
-    scale_from_x = not (ignore_nan or amax is not None or isinstance(g, DelayedScaling))
+    scale_from_x = not (ignore_nan or amax is not None or g.stateful)
     if fmt.nan is NanStyle.NONE and not scale_from_x and np.isnan(xc).any():
         raise ValueError(
             f"format {fmt.name} has no NaN: NaN elements cannot be encoded "
             "(with ignore_nan=False and a measured amax a NaN makes its whole block's scale NaN instead)"
         )
     mode_arg = np.int64(m)
-    fast = fast_params(fmt, bool(saturate)) if xc.dtype == np.float32 and m == K.RNE else None
+    fast = fast_params(fmt, bool(saturate)) if xc.dtype == np.float32 and m == RNE else None
     use_fast = fast is not None
     fp = fast if fast is not None else NO_FAST
     # (the table path re-rounds float32 quotients to odd, on the float32 subnormal grid 2**-149 at worst:
     # the format's finest spacing must be 2**-147 or coarser for that to round once)
     use_tab = bool(
         xc.dtype == np.float32
-        and m != K.SR
+        and m != SR
         and fmt.mbits <= 6
         and float32_kernel_ok(fmt)
         and fmt.emin - fmt.mbits >= -147
@@ -135,7 +134,7 @@ def quantize(
     codes = _buffers.empty((B, M, N), fmt.code_dtype)  # large ones are reused once dropped (see _buffers)
     glob = 1.0
 
-    if isinstance(g, NVFP4):
+    if g.two_level:
         if amax is None:
             # NaN is skipped in the tensor amax (TransformerEngine's amax kernel takes fmaxf / __hmax,
             # which return the other operand of a NaN): a NaN reaches only its own block's scale
@@ -148,7 +147,7 @@ def quantize(
             glob = float(np.float32(t_amax / (fmt.max * E4M3.max) * 2.0 ** int(margin))) if t_amax == t_amax else np.nan
         glob = min(max(glob, 2.0**-126), FLT_MAX) if glob == glob else glob
         sp = sp._replace(margin=np.int64(0))  # margin went into the tensor scale
-    if isinstance(g, DelayedScaling):
+    if g.stateful:  # (delayed scaling: the scale from the amax history it keeps)
         if amax is not None:
             raise ValueError("delayed scaling takes its amax from its history; do not pass amax")
         cur = tensor_amax(x3, ignore_nan)
@@ -164,7 +163,7 @@ def quantize(
         with np.errstate(over="ignore"):  # a float64 amax beyond float32's range is stored as inf
             amax3: np.ndarray = np.full((1, 1, 1), cur, dtype=np.float32)
         g.record(cur)
-    elif amax is None and bn > 1 and B * nbm >= 4 and sf not in ("bf16", "e4m3") and not isinstance(g, NVFP4):
+    elif amax is None and bn > 1 and B * nbm >= 4 and sf not in ("bf16", "e4m3") and not g.two_level:
         scales3 = np.empty((B, nbm, nbn), dtype=np.float32)  # float32 values, as in the row case
         amax3 = np.empty((B, nbm, nbn), dtype=np.float32)
         args = (x3, bit_view(x3), bm, bn, mode_arg, p, key, sp, glob, bool(ignore_nan), tab, use_tab, fp, use_fast)
@@ -177,8 +176,8 @@ def quantize(
             amax3 = block_amax(x3, bm, bn, bool(ignore_nan))
         else:
             a = np.asarray(amax, dtype=np.float64)
-            sshape = g.scale_shape(shape) if not isinstance(g, NVFP4) else None
-            if isinstance(g, NVFP4):
+            sshape = g.scale_shape(shape) if not g.two_level else None
+            if g.two_level:
                 amax3 = block_amax(x3, bm, bn, bool(ignore_nan))
             else:
                 assert sshape is not None

@@ -1,7 +1,7 @@
 """The row kernel of quantization: one row's codes, tile by tile, each the single rounding of the exact
 quotient ``x / scale`` (and, when measuring, each tile's amax and scale first).
 
-:func:`round_row` is the serial function that every parallel driver (:mod:`fp8sim.scaling.kernels`)
+:func:`round_row` is the serial function that every parallel driver (:mod:`fp8sim.scaling._kernels`)
 calls once per row; :func:`amax_seg` and :func:`top32` measure a tile's amax from its bit patterns.
 """
 
@@ -13,7 +13,7 @@ import numpy as np
 from numba import njit
 
 from ..intrinsics import fdiv, fma32, fma64, lshr32, prefetch_r, prefetch_w
-from ..rounding import kernels as K
+from ..rounding import SR, random_bits, round_one
 from ..rounding.fast8 import rne_code32, to_odd, to_odd32
 from .policy import E8M0, FLOOR, FP32, POW2, odd64, pow2, scale_fp32, scale_one
 
@@ -112,41 +112,7 @@ def _round_shifted(q, r, mode, p, k):
     """The code of ``q`` rounded by the bit-level kernel (random bits ``r`` for SR) to the format ``p``
     with its exponent range shifted by ``k``: 0 for the format itself, else the shift of a quotient formed
     with the exponent range shifted (:func:`_quot_odd_scaled`; only the code is used)."""
-    (
-        mbits,
-        emin,
-        emax,
-        max_code,
-        max_val,
-        sign_mask,
-        signed,
-        has_neg_zero,
-        subnormals,
-        inf_code,
-        nan_code,
-        sat,
-        flush,
-        sr_bits,
-    ) = p
-    v, c = K.round_one(
-        q,
-        r,
-        mode,
-        mbits,
-        emin + k,
-        emax + k,
-        max_code,
-        max_val,
-        sign_mask,
-        signed,
-        has_neg_zero,
-        subnormals,
-        inf_code,
-        nan_code,
-        sat,
-        flush,
-        sr_bits,
-    )
+    v, c = round_one(q, r, mode, p, k)
     return c
 
 
@@ -164,7 +130,7 @@ def _round_seg_general(xs, cs, d, mode, p, key, base):
     d_ok = (d >= _Q_LO) & (d <= _Q_HI)
     hard = False
     for j in range(n):
-        r = K.random_bits(key, base + j) if mode == K.SR else np.uint64(0)
+        r = random_bits(key, base + j) if mode == SR else np.uint64(0)
         xv = np.float64(xs[j])
         if d_ok:
             q, ok = _quot_odd(xv, d, inv, is_pow2)
@@ -180,7 +146,7 @@ def _round_seg_general(xs, cs, d, mode, p, key, base):
         if ok:
             continue
         q, k = _quot_odd_scaled(xv, d)
-        r = K.random_bits(key, base + j) if mode == K.SR else np.uint64(0)
+        r = random_bits(key, base + j) if mode == SR else np.uint64(0)
         cs[j] = _round_shifted(q, r, mode, p, k)
 
 
@@ -278,7 +244,7 @@ def round_row(
     divided by ``d = srow[jb] * glob``, each the single rounding of the exact quotient.
 
     ``pfd`` > 0: the multiply loop prefetches the input ``pfd`` elements ahead of each tile (the rows of
-    the next band, for :func:`~fp8sim.scaling.kernels.fused_bands32`).
+    the next band, for :func:`~fp8sim.scaling._kernels.fused_bands32`).
 
     ``nan_free``: no element reaches the fast loops as NaN (the caller measured every block's amax with
     NaN propagating, so a block with a NaN has a NaN scale and is filled), which drops their NaN test.

@@ -10,8 +10,8 @@ import numpy as np
 from .._fpenv import ieee_defaults
 from ..formats import CATALOGUE, Format
 from ..rounding import cast, decode, decode_table, encode
+from ._kernels import dequant
 from .granularities import Granularity, view_of
-from .kernels import dequant
 
 __all__ = ["QuantizedTensor", "dequantize"]
 

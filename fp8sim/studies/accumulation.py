@@ -94,7 +94,7 @@ def errors(ref, y) -> dict:
 
 def accumulate(a_codes, b_codes, model: str, promote):
     """The FP8 product of codes (e4m3, unit scales) on one accumulator model (float32 result)."""
-    from ..pipeline import scaled_matmul
+    from ..gemms.engine import scaled_matmul
 
     M, K = a_codes.shape
     N = b_codes.shape[1]
@@ -131,7 +131,7 @@ def run(
     """
     from tqdm.auto import tqdm
 
-    import fp8sim
+    from .. import gemms, rounding
 
     dists = tuple(distributions) if distributions is not None else DISTRIBUTIONS
     recs = tuple(recipes) if recipes is not None else RECIPES
@@ -141,7 +141,7 @@ def run(
         if d not in DISTRIBUTIONS:
             raise unknown_name_error("distribution", d, DISTRIBUTIONS)
     for r in recs:
-        fp8sim.recipe(r)  # raises on an unknown name, listing the known ones
+        gemms.recipe(r)  # raises on an unknown name, listing the known ones
     k_max = int(k_max) if k_max is not None else (4096 if quick else 16384)
     if k_max < 128:
         raise ValueError(f"k_max must be at least 128, got {k_max}")
@@ -165,9 +165,9 @@ def run(
         data[dist] = (xs, ws)
         for K in Ks:
             x, w = xs[:, :K], ws[:K]
-            a = fp8sim.encode(x, "e4m3", saturate=True)
-            b = fp8sim.encode(w, "e4m3", saturate=True)
-            ref = fp8sim.decode(a, "e4m3").astype(np.float64) @ fp8sim.decode(b, "e4m3").astype(np.float64)
+            a = rounding.encode(x, "e4m3", saturate=True)
+            b = rounding.encode(w, "e4m3", saturate=True)
+            ref = rounding.decode(a, "e4m3").astype(np.float64) @ rounding.decode(b, "e4m3").astype(np.float64)
             for model in MODELS:
                 mm = M if model == "wgmma" else M_slow
                 for promote in (None, 128):
@@ -186,22 +186,22 @@ def run(
                     bar.update()
             ref64 = x.astype(np.float64) @ w.astype(np.float64)
             for name in recs:
-                y = fp8sim.gemm(x, w, name)
+                y = gemms.gemm(x, w, name)
                 rows.append(
                     {
                         "part": "recipe",
                         "distribution": dist,
                         "config": name,
                         "K": K,
-                        "promote_every": fp8sim.recipe(name).promote_every or 0,
+                        "promote_every": gemms.recipe(name).promote_every or 0,
                         **errors(ref64, y),
                     }
                 )
                 bar.update()
         x, w = xs[:, :K_sweep], ws[:K_sweep]
-        a = fp8sim.encode(x, "e4m3", saturate=True)
-        b = fp8sim.encode(w, "e4m3", saturate=True)
-        ref = fp8sim.decode(a, "e4m3").astype(np.float64) @ fp8sim.decode(b, "e4m3").astype(np.float64)
+        a = rounding.encode(x, "e4m3", saturate=True)
+        b = rounding.encode(w, "e4m3", saturate=True)
+        ref = rounding.decode(a, "e4m3").astype(np.float64) @ rounding.decode(b, "e4m3").astype(np.float64)
         for P in Ps:
             y = accumulate(a, b, "wgmma", P)
             rows.append(

@@ -34,11 +34,15 @@ The package:
 * :mod:`~fp8sim.tensorcore.archs` -- the instruction table beyond Hopper (sm89, sm100, sm120,
   cdna3: formats, shapes, scales, evidence), :func:`models_listing`;
 * :mod:`~fp8sim.tensorcore.scaled_mma` -- their GEMMs (block scales, FP4 groups, CDNA3) on the numba
-  kernels of :mod:`~fp8sim.tensorcore.mma_kernels`; :mod:`~fp8sim.tensorcore.block_gemm` -- the
+  kernels of :mod:`~fp8sim.tensorcore.mma_kernels`; :mod:`~fp8sim.gemms.block_scaled` -- the
   recipes whose block scales are folded into the MMA (MXFP8, MXFP4, NVFP4 on Blackwell);
 * :mod:`~fp8sim.tensorcore.captures` -- :func:`verify_capture` and the hardware captures;
 * :mod:`~fp8sim.tensorcore.fast` -- the fast numba GEMM kernel of the wgmma-type models
-  (used by :func:`fp8sim.gemm`), and :mod:`~fp8sim.tensorcore.cuda` its CUDA twin.
+  (used by :func:`fp8sim.gemm`), and :mod:`~fp8sim.tensorcore.cuda` its CUDA twin;
+* :mod:`~fp8sim.tensorcore.kernels` -- the kernel registry: one ordered list of every kernel above
+  with what it computes and why not (a reason string), and the one
+  :func:`~fp8sim.tensorcore.kernels.select` that :func:`mma`, :func:`matmul`,
+  ``scaled_matmul`` and the device path decide through (``fp8sim info --kernels RECIPE``).
 
 The presets for ``arch="sm90"`` were fitted to and validated against an
 NVIDIA H200 (docs/tensorcore.md; the evidence is the captured hardware

@@ -12,12 +12,12 @@ import numpy as np
 from .._fpenv import ieee_defaults
 from ..formats import Format
 from ..formats import format as _get_format
-from . import archs
+from . import archs, kernels
 from .bitexact import matmul_kernel
 from .codes import code_table
 from .model import K_INSTR, AccumulatorModel, instruction_order, model_params
 from .registry import PRESETS, get_model
-from .scaled_mma import decode_scales, general_kernel_ok, run_general
+from .scaled_mma import decode_scales, run_general
 
 __all__ = ["mma", "matmul"]
 
@@ -131,17 +131,6 @@ def _check_c(c, M, N):
     return c
 
 
-def _legacy_ok(model: AccumulatorModel) -> bool:
-    """Whether the sm90 bit-level kernel (:mod:`~fp8sim.tensorcore.bitexact`) computes ``model``."""
-    return (
-        model.kind in ("fused", "exact", "fp32")
-        and model.instr_k == K_INSTR
-        and model.zero_exponent is None
-        and model.group == 1
-        and model.overflow == "ieee"
-    )
-
-
 def _fmt(name, which: str) -> Format:
     if name is None:
         raise TypeError(f"{which} is required (e.g. 'e4m3' or 'e5m2')")
@@ -184,9 +173,6 @@ def _scales(a_scale, b_scale, scale_format, M: int, N: int, K: int):
 
 def _general(a, b, c, fa, fb, model: AccumulatorModel, promote: int, scales, out16: bool) -> np.ndarray:
     """The instruction chain on the kernels of :mod:`~fp8sim.tensorcore.scaled_mma` (2-D operands)."""
-    why = general_kernel_ok(model)
-    if why is not None:
-        raise ValueError(f"model {model.name!r} cannot run with these operands: {why}")
     M, K = a.shape
     N = b.shape[1]
     if K % model.block:
@@ -248,27 +234,14 @@ def _select(instruction, arch, fa: Format, fb: Format, K: int, out_format, scale
     return model, out_format == "f16"
 
 
-def _dispatch(a, b, c, fa, fb, model, promote, scales, out16):
-    """Run one chain: the sm90 bit-level kernel for the H200-validated presets and the models only it
-    computes (bit-identical as before), else the kernels of :mod:`~fp8sim.tensorcore.scaled_mma`."""
+def _dispatch(a, b, c, fa, fb, model, promote, scales, out16, kernel=None):
+    """Run one chain on the kernel :func:`fp8sim.tensorcore.kernels.select` picks: the sm90 bit-level
+    kernel for the H200-validated presets and the models only it computes, else the kernels of
+    :mod:`~fp8sim.tensorcore.scaled_mma` (``"general"``)."""
     K = a.shape[-1]
-    if (
-        scales is None
-        and _legacy_ok(model)
-        and (model.validated or model.kind != "fused" or general_kernel_ok(model) is not None)
-        and K % K_INSTR == 0
-        and fa.bits == 8
-        and fb.bits == 8
-        and fa.fits_float32
-        and fb.fits_float32
-        and not out16
-    ):
+    req = kernels.chain_request(model, fa, fb, K, block_scales=scales is not None, out16=out16)
+    if kernels.select(req, kernel).name == "sm90-bitlevel":
         return _run(a, b, c, fa, fb, model, promote)
-    if model.kind in ("exact", "fp32") or (model.kind == "fused" and _needs_legacy(model)):
-        raise ValueError(
-            f"model {model.name!r} runs on 8-bit operands with K a multiple of 32 only "
-            f"(got {fa.name} x {fb.name}, K={K}" + (", block scales)" if scales is not None else ")")
-        )
     batch = _batch_shape(a, b, c)
     M, N = a.shape[-2], b.shape[-1]
     nb = math.prod(batch)
@@ -286,10 +259,6 @@ def _dispatch(a, b, c, fa, fb, model, promote, scales, out16):
         _general(a3[t], b3[t], None if c3 is None else c3[t], fa, fb, model, promote, scales, out16) for t in range(nb)
     ]
     return np.stack(outs).reshape(batch + (M, N))
-
-
-def _needs_legacy(model: AccumulatorModel) -> bool:
-    return general_kernel_ok(model) is not None
 
 
 def _check_any_codes(x, name: str, fmt: Format) -> np.ndarray:
@@ -344,6 +313,7 @@ def mma(
     a_scale=None,
     b_scale=None,
     scale_format=None,
+    kernel: str | None = None,
 ) -> np.ndarray:
     """One tensor-core instruction D = A @ B + C, bit-exact.
 
@@ -375,6 +345,10 @@ def mma(
     a_scale, b_scale, scale_format:
         Block scales: uint8 codes of shape (M, K // block) and (K // block, N), one per ``block``
         elements along K, in ``scale_format`` (``"ue8m0"``, the default, or ``"ue4m3"``).
+    kernel:
+        None (the kernel :func:`fp8sim.tensorcore.kernels.select` picks) or the name of an
+        instruction-chain kernel of :data:`fp8sim.tensorcore.kernels.KERNELS` to run instead
+        (``"sm90-bitlevel"`` or ``"general"``, where it computes the model: for cross-checks).
 
     Returns
     -------
@@ -389,7 +363,7 @@ def mma(
     if c is None:
         raise TypeError("c is required for mma (a float32 array (..., M, N); zeros for D = A @ B)")
     c = _check_c16(c, M, N, out16 or model.output == "f16")
-    return _dispatch(a, b, c, fa, fb, model, 0, sc, out16)
+    return _dispatch(a, b, c, fa, fb, model, 0, sc, out16, kernel)
 
 
 @ieee_defaults
@@ -407,6 +381,7 @@ def matmul(
     a_scale=None,
     b_scale=None,
     scale_format=None,
+    kernel: str | None = None,
 ) -> np.ndarray:
     """D = A @ B (+ C) as a tensor-core tile loop along K, bit-exact.
 
@@ -421,7 +396,8 @@ def matmul(
 
     Shapes: a (..., M, K), b (..., K, N), c (..., M, N) float32; K a multiple of the instruction's.
     Empty shapes work: M = 0 or N = 0 give an empty (..., M, N) result, K = 0 gives C
-    unchanged (zeros without C).
+    unchanged (zeros without C).  ``kernel`` names the instruction-chain kernel to run, as for
+    :func:`mma` (None: the one :func:`fp8sim.tensorcore.kernels.select` picks).
     """
     fa, fb, a, b, M, N, K, sc = _operands(a, b, a_format, b_format, a_scale, b_scale, scale_format, False)
     # the rule of mma (archs.resolve): the instruction with the largest K that divides K
@@ -430,10 +406,9 @@ def matmul(
     b = _check_any_codes(b, "b", fb)
     # the sm90 kernel runs whole instructions of 32; a model the general kernels also compute runs
     # there for the other multiples of its block (sm89 mma.sync m16n8k16), as mma runs one k16
-    legacy_only = _legacy_ok(model) and general_kernel_ok(model) is not None
-    step = K_INSTR if legacy_only else model.block
+    step = kernels.chain_granule(model)
     if K % step:
-        if _legacy_ok(model) and step == K_INSTR:
+        if kernels.get_kernel("sm90-bitlevel").claims(model) is None and step == K_INSTR:
             raise ValueError(f"K must be a multiple of 32 (one instruction per 32 elements), got {K}")
         raise ValueError(f"K must be a multiple of {step} (the {model.name!r} instruction's block), got {K}")
     promote = 0
@@ -450,4 +425,4 @@ def matmul(
             raise ValueError(f"promote_every must be a positive multiple of 32, got {promote_every!r}")
     if c is not None:
         c = _check_c16(c, M, N, out16 or model.output == "f16")
-    return _dispatch(a, b, c, fa, fb, model, promote, sc, out16)
+    return _dispatch(a, b, c, fa, fb, model, promote, sc, out16, kernel)

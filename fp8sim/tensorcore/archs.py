@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from ..formats import Format, NanStyle
 from ..formats import format as _get_format
 from . import registry as _r
-from .model import AccumulatorModel
+from .model import AccumulatorModel, mark_block_scaled
 from .wide import MODEL_WGMMA_BF16
 
 __all__ = [
@@ -151,6 +151,9 @@ def _rows() -> tuple[Row, ...]:
 
 #: every row of the instruction table
 ROWS: tuple[Row, ...] = _rows()
+for _row in ROWS:  # AccumulatorModel.block_scaled: the models of the rows that take scales
+    if _row.scales:
+        mark_block_scaled(_row.model)
 
 
 def scale_format(name) -> Format:

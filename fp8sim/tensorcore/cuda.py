@@ -20,8 +20,9 @@ import numpy as np
 
 from .cuda_source import CUDA_SOURCE, KERNEL_NAMES, TILES
 from .fast import code_tables
+from .kernels import cuda_operands
 
-__all__ = ["device_wgmma_gemm", "cupy_wgmma_gemm", "compile_kernels", "last_kernel_seconds", "nudge_ok"]
+__all__ = ["device_wgmma_gemm", "cupy_wgmma_gemm", "compile_kernels", "last_kernel_seconds"]
 
 _ETA = np.float32(1.0 + 2.0**-20)
 _NEG = -10000  # the tables' exponent of a zero, NaN or inf code
@@ -29,13 +30,6 @@ _module: Any = None
 _tables: dict = {}
 _sms: dict = {}  # multiprocessors per device
 last_kernel_seconds = float("nan")  # kernel time of the last launch (CUDA events)
-
-
-def nudge_ok(fa, fb, F: int, out_frac_bits: int) -> bool:
-    """Whether the kernel's truncation identity holds (see :mod:`.cuda_source`): F <= 18, A's values
-    times ``1 + 2**-20`` exact in float32 (at most 3 fraction bits), at most 18 fraction bits in a
-    product, and C (the accumulator, ``out_frac_bits`` fraction bits) of at most 19."""
-    return F <= 18 and fa.mbits <= 3 and fa.mbits + fb.mbits <= 18 and out_frac_bits <= 19
 
 
 def compile_kernels(options: tuple[str, ...] = ("-std=c++17",)):
@@ -105,10 +99,9 @@ def device_wgmma_gemm(
             f"device_wgmma_gemm: codes of shapes {A.shape} and {B.shape} ({b_layout}): K must agree and be a multiple of 32"
         )
     out_frac = 23 - ((~keep_bits) & 0x7FFFFF).bit_length()  # the fraction bits the keep mask leaves
-    if not nudge_ok(fa, fb, F, out_frac):
-        raise NotImplementedError(
-            f"device_wgmma_gemm: {fa.name} x {fb.name} with F={F} is outside the kernel's exactness conditions"
-        )
+    why = cuda_operands(fa, fb, F, out_frac)
+    if why is not None:
+        raise NotImplementedError(f"device_wgmma_gemm: {why}")
     ta, tb = _device_tables(fa, fb, F)
     mod = _kernels()
     if sms is None:

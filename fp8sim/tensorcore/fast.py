@@ -33,8 +33,8 @@ bits below the exponent (the arithmetic of the CUDA-core kernel; all exact).
 
 The equality with :func:`fp8sim.tensorcore.matmul` (the model validated
 against the H200) is tested bit for bit in tests/test_gemm.py and
-tests/test_fast_kernel.py; :func:`fast_kernel_ok` says which models the
-kernels compute.
+tests/test_fast_kernel.py; :mod:`fp8sim.tensorcore.kernels` says which models the
+kernels compute (the ``"packed"`` and ``"wgmma"`` kernels).
 """
 
 from __future__ import annotations
@@ -47,14 +47,12 @@ from .. import _fpenv
 from ..intrinsics import fma32
 from .codes import code_table
 from .fast_blocks import TILE_N, TILE_ROWS, promote_tile, tile_group
-from .model import AccumulatorModel
+from .kernels import packed_operands
 
 __all__ = [
     "wgmma_gemm",
     "wgmma_gemm_codes",
-    "packed_kernel_ok",
     "code_tables",
-    "fast_kernel_ok",
     "SCALE_FMA",
     "SCALE_MUL_ADD",
     "SCALE_EPILOGUE",
@@ -221,35 +219,11 @@ def code_tables(fmt, subnormal_exponent: str = "clamp"):
     return v, e, cls >= 2
 
 
-def fast_kernel_ok(model: AccumulatorModel) -> bool:
-    """Whether :func:`wgmma_gemm` computes ``model`` bit for bit (the fused wgmma-type models)."""
-    return (
-        model.kind == "fused"
-        and model.block == 32
-        and model.c_mode == "fused"
-        and model.align_rounding == "rz"
-        and model.product_exponent == "nominal"
-        and model.subnormal_exponent == "clamp"
-        and model.out_rounding == "rz"
-        and model.output == "f32"
-        and model.k_order is None
-        and model.zero_sign == "positive"
-        and model.frac_bits <= 13
-        and model.out_frac_bits <= 13
-        and model.instr_k == 32
-        and model.zero_exponent is None
-        and model.group == 1
-        and model.overflow == "ieee"
-        and model.sum_frac_bits is None
-    )
-
-
 # ---------------------------------------------------------------- packed kernel (fast_blocks.tile_group)
 _MAX_ROWS = 96  # output rows per tile at most (a multiple of TILE_ROWS): B's panel is reused over them
 _A_BYTES = 2**28  # packed A per block of rows at most (about; at least one row tile)
 _NONE8 = -64  # int8 exponent of a zero code: none + none and none + any real exponent stay in range
 _FLOOR = -49  # lower bound of a group's exponent, below every real product and accumulator exponent
-_E_MIN, _E_MAX = -17, 15  # the nominal exponents these bounds hold for (with F <= 13)
 
 
 @njit(cache=True, parallel=True)
@@ -415,20 +389,6 @@ def _exp8(e):
     return np.where(e == _NEG16, _NONE8, e).astype(np.int8)
 
 
-def packed_kernel_ok(fa, fb, F: int) -> bool:
-    """Whether :func:`wgmma_gemm_codes` covers the format pair with ``F`` kept fraction bits: nominal
-    exponents in [-17, 15] (every exponent sum, the zero codes' placeholder and the accumulator's
-    exponent then fit the kernel's int8 and bias ranges), ``F <= 13``, and significands short enough
-    for A's nudge ``1 + 2**-(23 - mbits_a)`` (``2 * mbits_a + mbits_b <= 21``, see
-    :mod:`fp8sim.tensorcore.fast_blocks`)."""
-    for f in (fa, fb):
-        e = code_tables(f)[1]
-        e = e[e != _NEG16]
-        if e.size and (e.min() < _E_MIN or e.max() > _E_MAX):
-            return False
-    return 0 <= F <= 13 and 2 * fa.mbits + fb.mbits <= 21
-
-
 def _work_split(nmt: int, nnt: int, threads: int) -> tuple[int, int]:
     """(panels per chunk, row parts): chunks of up to four column panels (about 5 MB of decoded B at
     K = 4096), at least two chunks per thread where N allows, and the row tiles split into parts
@@ -456,11 +416,12 @@ def wgmma_gemm_codes(a_codes, b_codes, fa, fb, sa, sb, kscale, promote, mode, F,
     FMA rounded toward zero per product into a biased accumulator, which adds every product
     truncated toward zero to ``F`` fraction bits below the group's exponent (all exact).  Returns
     the (M, N) float32 result, bit-identical to :func:`wgmma_gemm`, or None where an operand holds
-    inf / NaN codes, K is empty or :func:`packed_kernel_ok` is false (then use :func:`wgmma_gemm`).
+    inf / NaN codes, K is empty or the formats are outside its ranges (the ``"packed"`` kernel's conditions in
+    :mod:`fp8sim.tensorcore.kernels`; then use :func:`wgmma_gemm`).
     """
     M, Kp = a_codes.shape
     N = b_codes.shape[1]
-    if Kp == 0 or M == 0 or N == 0 or Kp >= 2**40 or not packed_kernel_ok(fa, fb, F):
+    if Kp == 0 or M == 0 or N == 0 or Kp >= 2**40 or packed_operands(fa, fb, F) is not None:
         return None  # (K < 2**40 bounds the accumulator's exponent)
     va, ea, spa = code_tables(fa)
     vb, eb, spb = code_tables(fb)

@@ -21,6 +21,7 @@ __all__ = [
     "AccumulatorModel",
     "ModelParams",
     "model_params",
+    "mark_block_scaled",
     "instruction_order",
     "K_INSTR",
     "KINDS",
@@ -256,6 +257,14 @@ class AccumulatorModel:
             raise TypeError(f"{key} must be one of {known} (or a RoundMode), got {value!r} ({type(value).__name__})")
         return _SPELLING[round_mode(value, allowed, what=key)]
 
+    @property
+    def block_scaled(self) -> bool:
+        """True for the model of a block-scaled MMA (``kind::mxf8f6f4``, ``kind::mxf4``,
+        ``kind::mxf4nvf4``): an instruction of :data:`fp8sim.tensorcore.archs.ROWS` that takes
+        scales, so that the scales are folded into the instruction rather than applied at
+        promotion.  Decided by the parameters (a model equal to such an instruction's is one)."""
+        return self in _block_scaled_models()
+
     def summary(self) -> dict:
         return asdict(self)
 
@@ -277,6 +286,20 @@ class ModelParams(NamedTuple):
     out_emin: int
     out_emax: int
     ieee_zero: int  #: 1 for zero_sign="ieee"
+
+
+#: the models of the instructions that take block scales (filled by :mod:`fp8sim.tensorcore.archs`
+#: from its rows with scales, through :func:`mark_block_scaled`)
+_BLOCK_SCALED: set[AccumulatorModel] = set()
+
+
+def mark_block_scaled(model: AccumulatorModel) -> None:
+    """Record ``model`` as the model of a block-scaled MMA (:attr:`AccumulatorModel.block_scaled`)."""
+    _BLOCK_SCALED.add(model)
+
+
+def _block_scaled_models() -> set[AccumulatorModel]:
+    return _BLOCK_SCALED
 
 
 def model_params(model: AccumulatorModel) -> ModelParams:

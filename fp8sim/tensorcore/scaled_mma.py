@@ -40,7 +40,6 @@ __all__ = [
     "NO_EXP",
     "decode_operand",
     "decode_scales",
-    "general_kernel_ok",
     "run_general",
 ]
 
@@ -120,29 +119,6 @@ def decode_scales(codes: np.ndarray, fmt: Format) -> tuple[np.ndarray, np.ndarra
     e[fin] = np.maximum(np.frexp(v[fin])[1].astype(np.int64) - 1, fmt.emin)
     sig = np.where(fin, np.ldexp(v, -e), v)
     return sig, e
-
-
-def general_kernel_ok(model: AccumulatorModel) -> str | None:
-    """``None`` when the kernels of this module compute ``model``, else the reason they do not."""
-    if model.kind == "interleaved":
-        if model.output != "f32" or model.block % 2:
-            return "kind='interleaved' needs output 'f32' and an even block"
-        return None
-    if model.kind != "fused":
-        return f"kind {model.kind!r} (the kernels here compute 'fused' and 'interleaved')"
-    for field, value, want in (
-        ("c_mode", model.c_mode, "fused"),
-        ("product_exponent", model.product_exponent, "nominal"),
-        ("zero_sign", model.zero_sign, "positive"),
-        ("k_order", model.k_order, None),
-    ):
-        if value != want:
-            return f"{field}={value!r} (only {want!r})"
-    if model.subnormal_exponent not in ("clamp", "normalize"):
-        return f"subnormal_exponent={model.subnormal_exponent!r} (only 'clamp' or 'normalize')"
-    if model.group > 1 and model.align_rounding != "rz":
-        return "group > 1 needs align_rounding='rz'"
-    return None
 
 
 def _narrow(fmt: Format) -> bool:
@@ -240,7 +216,7 @@ def run_general(
 
     a, b: codes; c: float64 (M, N) holding output-format values.  ``scales``: ``None`` or
     ``(sa_sig, sa_exp, sb_sig, sb_exp, sblock)`` from :func:`decode_scales` (A's (M, K // sblock),
-    B's (K // sblock, N)).  The caller checks shapes and that :func:`general_kernel_ok` passes.
+    B's (K // sblock, N)).  The caller checks shapes and that :func:`fp8sim.tensorcore.kernels.select` picks ``"general"``.
     """
     sub = model.subnormal_exponent
     M, K = a.shape

@@ -41,8 +41,9 @@ from .._fpenv import ieee_defaults
 from ..formats import format as get_format
 from ..rounding import RoundMode
 from .bitexact import round_out
+from .kernels import get_kernel
 from .model import FUSED, AccumulatorModel, model_params
-from .scaled_mma import general_kernel_ok, run_general
+from .scaled_mma import run_general
 
 __all__ = ["bf16_matmul", "bf16_tables", "K_BF16", "MODEL_WGMMA_BF16"]
 
@@ -311,7 +312,8 @@ def bf16_matmul(a_bits, b_bits, model: AccumulatorModel, *, b_transposed: bool =
         b = np.pad(b, ((0, 0), (0, Kp - K)))
     a = np.ascontiguousarray(a)
     b = np.ascontiguousarray(b)
-    if general_kernel_ok(model) is None:  # the general kernels: (M, K) @ (K, N) from a zero accumulator
+    why = get_kernel("general").claims(model)
+    if why is None:  # the general kernels: (M, K) @ (K, N) from a zero accumulator
         bf16 = get_format("bf16")
         with np.errstate(all="ignore"):
             d = run_general(a, np.ascontiguousarray(b.T), np.zeros((a.shape[0], b.shape[0])), bf16, bf16, model)
@@ -321,7 +323,7 @@ def bf16_matmul(a_bits, b_bits, model: AccumulatorModel, *, b_transposed: bool =
     if model.zero_exponent is not None or model.overflow != "ieee" or model.group != 1:
         raise ValueError(
             f"bf16_matmul: model {model.name!r} needs the general kernels (zero_exponent, overflow='inf' or "
-            f"group > 1), which do not take it: {general_kernel_ok(model)}"
+            f"group > 1), which do not take it: {why}"
         )
     P = model_params(model)
     assert P.kind == FUSED

@@ -46,11 +46,11 @@ import numpy as np
 import torch
 
 from .._fpenv import ieee_defaults
-from ..gemm_core import cast_output
-from ..recipes import Recipe
-from ..recipes import recipe as get_recipe
-from ..scaling import MX, Group, quantize
+from ..gemms.engine import cast_output
+from ..gemms.presets import recipe as get_recipe
+from ..gemms.recipes import Recipe
 from ..scaling import granularity as as_granularity
+from ..scaling import quantize
 from ..training.linear import matmul, quantize_operand
 from .stateful import LayerState, host_backward, host_forward, is_stateful
 
@@ -209,7 +209,7 @@ def group_recipe(recipe, size: int) -> Recipe:
             f"so a group size must be a multiple of {_MMA_K} or divide it (16, 8, ...)"
         )
     gk = max(size, _MMA_K)
-    g = MX(gk) if isinstance(as_granularity(r.x_granularity), MX) else Group(gk)
+    g = as_granularity(r.x_granularity).grouped(gk)
 
     def every(p):  # the recipe's promotion interval where it divides a group, else one group
         return p if p is not None and gk % p == 0 else gk
@@ -285,7 +285,7 @@ def _host_cache(x: np.ndarray, opts: LinearOptions) -> np.ndarray:
     r = opts.recipe
     g = r.x_granularity  # the Fprop GEMM's quantization of x (per group with group_size)
     if opts.group_size is not None:
-        g = MX(opts.group_size) if isinstance(as_granularity(g), MX) else Group(opts.group_size)
+        g = as_granularity(g).grouped(opts.group_size)
     fmt: Any = r.x_format  # a format name or an fp8sim.Format
     q = quantize_operand(x, fmt, g, 1, scale_format=r.scale_format, scale_rounding=r.scale_rounding, margin=r.margin)
     return q.dequantize(np.float32)
@@ -302,12 +302,12 @@ def _cupy():
 
 
 def _on_gpu(opts: LinearOptions) -> bool:
-    """Whether a CUDA GEMM of ``opts`` runs on the GPU (:mod:`fp8sim.device`): FP8 recipes with fp32
+    """Whether a CUDA GEMM of ``opts`` runs on the GPU (:mod:`fp8sim.gemms.device`): FP8 recipes with fp32
     block scales, without per-group expansion (the wide recipes' fixed-order float64 sums and the
     rest run on the host, the same bits)."""
-    from ..device import unsupported_reason
     from ..formats import format as get_format
-    from ..training.linear import role_formats, role_granularities
+    from ..gemms.device import unsupported_reason
+    from ..gemms.roles import role_formats, role_granularities
 
     r = opts.gemm_recipe
     if not r.is_fp8 or r.block_scaled or is_stateful(r) or opts.fidelity != "exact" or _cupy() is None:
@@ -326,16 +326,16 @@ def _device_gemm(
 ) -> torch.Tensor:
     """One GEMM of ``role`` on CUDA tensors, the result (float32, float64 for fp64 recipes) on ``a``'s
     device.  FP8 recipes with fp32 block scales run on the GPU through CuPy (DLPack, no copy):
-    :func:`fp8sim.device.gemm_device` with the role's formats and granularities, the bias added to
-    the fp32 result before :func:`fp8sim.device.cast_output_device`.  Other recipes (and machines
+    :func:`fp8sim.gemms.device.gemm_device` with the role's formats and granularities, the bias added to
+    the fp32 result before :func:`fp8sim.gemms.device.cast_output_device`.  Other recipes (and machines
     without CuPy) copy the operands to the host and run :func:`_host_gemm`, the same bits."""
     if not _on_gpu(opts):
         bn = None if bias is None else _numpy(bias.cpu())
         y = _host_gemm(_numpy(a.cpu()), _numpy(b.cpu()), opts, role, layout, bn)
         return torch.from_numpy(np.ascontiguousarray(y)).to(a.device)
     cp = _cupy()
-    from ..device import as_cupy, cast_output_device, gemm_device
-    from ..training.linear import role_formats, role_granularities, role_recipe
+    from ..gemms.device import as_cupy, cast_output_device, gemm_device
+    from ..gemms.roles import role_formats, role_granularities, role_recipe
 
     r = opts.gemm_recipe
     with cp.cuda.Device(a.device.index):
@@ -348,7 +348,7 @@ def _device_gemm(
 
 def _device_cache(x: torch.Tensor, opts: LinearOptions) -> torch.Tensor:
     """:func:`_host_cache` for a CUDA tensor: on the GPU for the recipe's own FP8 quantization of x
-    (:func:`fp8sim.device.quantize_device`, then :func:`fp8sim.device.dequantize_device`), else on
+    (:func:`fp8sim.gemms.device.quantize_device`, then :func:`fp8sim.gemms.device.dequantize_device`), else on
     the host (copied there and back; the same values)."""
     c = opts.cache
     if not opts.caches:
@@ -356,9 +356,9 @@ def _device_cache(x: torch.Tensor, opts: LinearOptions) -> torch.Tensor:
     if isinstance(c, ActivationCache) or opts.group_size is not None or not _on_gpu(opts):
         return torch.from_numpy(np.ascontiguousarray(_host_cache(_numpy(x.cpu()), opts))).to(x.device)
     cp = _cupy()
-    from ..device import as_float32, dequantize_device, quantize_device
     from ..formats import format as get_format
-    from ..pipeline import along_k
+    from ..gemms.device import as_float32, dequantize_device, quantize_device
+    from ..scaling.orientation import along_k
 
     r = opts.recipe
     with cp.cuda.Device(x.device.index):

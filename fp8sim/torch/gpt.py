@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..recipes import recipe as get_recipe
+from ..gemms.presets import recipe as get_recipe
 from ..training.data import CORPORA, Batches, Vocabulary, text_corpus
 from ..training.data import corpus as synthetic_corpus
 from ..training.optim import lr_schedule

@@ -39,8 +39,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..recipes import Recipe
-from ..recipes import recipe as get_recipe
+from ..gemms.presets import recipe as get_recipe
+from ..gemms.recipes import Recipe
 from .function import ActivationCache, LinearOptions, options
 
 __all__ = [

@@ -18,9 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from ..gemm_core import cast_output
-from ..recipes import Recipe
-from ..scaling import DelayedScaling
+from ..gemms.engine import cast_output
+from ..gemms.recipes import Recipe
 from ..scaling import granularity as as_granularity
 from ..training.linear import Linear as NpLinear
 from ..training.linear import Param
@@ -50,7 +49,7 @@ def is_stateful(r: Recipe) -> bool:
     stochastic rounding of gradients, NVFP4's 2-D weight blocks or the Wgrad Hadamard transform."""
     if not r.is_fp8:
         return False
-    if any(isinstance(as_granularity(g), DelayedScaling) for g in (r.x_granularity, r.w_granularity)):
+    if any(as_granularity(g).stateful for g in (r.x_granularity, r.w_granularity)):
         return True
     return (
         getattr(r, "grad_rounding", "rne") != "rne"

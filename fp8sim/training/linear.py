@@ -26,7 +26,7 @@ Every GEMM of :mod:`fp8sim.training` goes through :func:`matmul`, which calls
 :func:`fp8sim.gemm` (the path and the default ``fidelity="exact"`` of every user) with the
 operands quantized here.  Recipes whose scales are folded into a block-scaled MMA (MXFP8, MXFP4,
 NVFP4 on Blackwell; :attr:`Recipe.block_scaled`) run :func:`block_scaled_matmul` instead: the same
-arithmetic as :func:`fp8sim.tensorcore.block_gemm.block_scaled_gemm`, from operands quantized here
+arithmetic as :func:`fp8sim.gemms.block_scaled.block_scaled_gemm`, from operands quantized here
 (``fp8sim.gemm`` quantizes block-scaled operands itself, 1x16 along K, and takes no
 QuantizedTensors).
 
@@ -54,16 +54,19 @@ from typing import Any
 import numpy as np
 
 from .._fpenv import ieee_defaults
-from ..gemm_core import cast_operand
+from ..gemms.api import gemm
+from ..gemms.engine import cast_operand
+from ..gemms.operands import transpose_quantized
+from ..gemms.presets import recipe as get_recipe
+from ..gemms.recipes import BF16_ACCUMULATORS
+from ..gemms.roles import ROLES, role_formats, role_granularities, role_recipe
 from ..metrics import quantization_counts
-from ..pipeline import along_k, gemm, transpose_quantized
-from ..recipes import BF16_ACCUMULATORS
-from ..recipes import recipe as get_recipe
 from ..rounding import cast
-from ..scaling import MX, DelayedScaling, PerTensor, QuantizedTensor, Tile, quantize
+from ..scaling import QuantizedTensor, quantize
 from ..scaling import granularity as as_granularity
 from ..scaling.hadamard import rht
 from ..scaling.nvfp4 import quantize_nvfp4_2d
+from ..scaling.orientation import along_k
 from ._detmath import det_matmul
 
 __all__ = [
@@ -84,8 +87,6 @@ __all__ = [
     "sr_seed",
 ]
 
-ROLES = ("fprop", "dgrad", "wgrad")
-
 
 # ------------------------------------------------------------------ recipes
 def wide_recipe(name: str):
@@ -103,7 +104,7 @@ def _operand(k_axis: int) -> str:
 def orient(g, k_axis: int):
     """The granularity ``g`` (a recipe's spelling for an ``(M, K)`` operand, blocks along K) for
     a 2-D operand whose reduction dimension is axis ``k_axis`` (1: ``(M, K)``, 0: ``(K, N)``):
-    :func:`fp8sim.pipeline.along_k`, the GEMM's own rule (``1x128`` becomes ``128x1`` for a
+    :func:`fp8sim.scaling.orientation.along_k`, the GEMM's own rule (``1x128`` becomes ``128x1`` for a
     ``(K, N)`` operand, groups and MX blocks move to axis 0; per-tensor and delayed scaling are
     unchanged)."""
     return along_k(g, _operand(k_axis))
@@ -113,7 +114,7 @@ def transposes_share_scales(g) -> bool:
     """True when quantizing ``W`` and ``W^T`` with ``g`` gives the same blocks (per tensor, square tiles):
     then Dgrad reuses Fprop's quantized weight."""
     g = as_granularity(g)
-    return isinstance(g, (PerTensor, DelayedScaling)) or (isinstance(g, Tile) and g.rows == g.cols)
+    return g.same_when_transposed
 
 
 def quantize_operand(
@@ -139,11 +140,11 @@ def quantize_operand(
         raise ValueError(f"quantize_operand: a must be 2-D, got shape {a.shape}")
     if blocks_2d:
         return quantize_nvfp4_2d(a, fmt, mode=mode, seed=seed, margin=margin)
-    go = g if isinstance(g, DelayedScaling) else orient(g, k_axis)
+    go = orient(g, k_axis)  # (delayed scaling: the object itself, with its history)
     kw: dict[str, Any] = {"scale_rounding": scale_rounding, "margin": margin}
     if mode != "rne":
         kw.update(mode=mode, seed=seed)
-    if isinstance(go, MX) or scale_format is None:
+    if go.own_scale_format or scale_format is None:  # (MX: E8M0 scales whatever the recipe says)
         return quantize(a, fmt, go, **kw)
     return quantize(a, fmt, go, scale_format=scale_format, **kw)
 
@@ -179,42 +180,12 @@ def wgrad_transform(a: np.ndarray, axis: int, r) -> np.ndarray:
 
 def block_scaled_matmul(qa: QuantizedTensor, qb: QuantizedTensor, recipe) -> np.ndarray:
     """``qa (M, K) @ qb (K, N)`` on the block-scaled MMA of ``recipe`` (``Recipe.block_scaled``) from
-    operands quantized along K: :func:`fp8sim.tensorcore.block_gemm.block_scaled_gemm_quantized`, the
+    operands quantized along K: :func:`fp8sim.gemms.block_scaled.block_scaled_gemm_quantized`, the
     arithmetic of :func:`fp8sim.gemm` for these recipes.  Returns float32 (float64 for an fp64
     output format)."""
-    from ..tensorcore.block_gemm import block_scaled_gemm_quantized
+    from ..gemms.block_scaled import block_scaled_gemm_quantized
 
     return block_scaled_gemm_quantized(qa, qb, recipe)
-
-
-def role_formats(r, role: str) -> tuple[str, str]:
-    """The operand formats ``(a, b)`` of GEMM ``role`` of recipe ``r`` (gradients in ``grad_format``)."""
-    grad = r.grad_format or r.x_format
-    return {"fprop": (r.x_format, r.w_format), "dgrad": (grad, r.w_format), "wgrad": (r.x_format, grad)}[role]
-
-
-def role_granularities(r, role: str):
-    """The operand granularities ``(a, b)`` of GEMM ``role`` (Wgrad: both along the tokens, as x)."""
-    return {
-        "fprop": (r.x_granularity, r.w_granularity),
-        "dgrad": (r.x_granularity, r.w_granularity),
-        "wgrad": (r.x_granularity, r.x_granularity),
-    }[role]
-
-
-def role_recipe(recipe, role: str):
-    """The recipe a GEMM of ``role`` runs with: Fprop the recipe itself; Dgrad
-    :meth:`Recipe.backward`; Wgrad :meth:`Recipe.backward` with FP32 output (FP32 weight gradients,
-    except fp64 recipes)."""
-    r = get_recipe(recipe)
-    if role not in ROLES:
-        raise ValueError(f"matmul: role must be one of {ROLES}, got {role!r}")
-    if role == "fprop":
-        return r
-    rb = r.backward()
-    if role == "wgrad" and rb.output_format != "fp64":
-        rb = rb.with_(output_format="fp32")
-    return rb
 
 
 @ieee_defaults
@@ -291,7 +262,7 @@ def matmul(
     if role == "wgrad":
         a = a if isinstance(a, QuantizedTensor) else wgrad_transform(a, 1, r0)
         b = b if isinstance(b, QuantizedTensor) else wgrad_transform(b, kb, r0)
-    pol = {"scale_format": rr.scale_format, "scale_rounding": rr.scale_rounding, "margin": rr.margin}
+    pol: dict[str, Any] = {"scale_format": rr.scale_format, "scale_rounding": rr.scale_rounding, "margin": rr.margin}
     if not isinstance(a, QuantizedTensor):
         a = quantize_operand(a, fa, ga, 1, mode=mode_a, seed=seed, **pol)
     if not isinstance(b, QuantizedTensor):
@@ -317,7 +288,7 @@ def _bf16_tensorcore(a, b, r, layout: str):
 
 def _wide_batched(a, b, r, deterministic: bool = False):
     """A wide-recipe GEMM (batched over leading dimensions): operands cast to the recipe's formats
-    as :func:`fp8sim.gemm` casts them (:func:`~fp8sim.gemm_core.cast_operand`), products summed by
+    as :func:`fp8sim.gemm` casts them (:func:`~fp8sim.gemms.engine.cast_operand`), products summed by
     numpy's BLAS (float32; machine-dependent order) or, with ``deterministic``, by
     :func:`~fp8sim.training._detmath.det_matmul` (float64 sums in a fixed order: the same bits on
     every machine), the float32 result rounded to the output format (:func:`fp8sim.rounding.cast`)."""
@@ -398,7 +369,7 @@ class Linear:
     def _g(self, g, key):
         """Granularity objects with state (delayed scaling) get one copy per operand of this layer."""
         g = as_granularity(g)
-        if isinstance(g, DelayedScaling):
+        if g.stateful:
             if key not in self._delayed:
                 self._delayed[key] = copy.deepcopy(g)
             return self._delayed[key]

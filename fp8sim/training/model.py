@@ -80,7 +80,7 @@ def precision_for(recipe, fp8_parts=FP8_PARTS) -> Precision:
     run ``fp8_parts`` in FP8 and the rest in BF16 with BF16 activations and moments; ``"bf16"``
     the same without FP8; ``"fp32"`` everything in FP32; ``"fp64"`` everything in FP64 (for
     gradient checks)."""
-    from ..recipes import recipe as _get
+    from ..gemms.presets import recipe as _get
 
     r = _get(recipe)
     bad = [p for p in fp8_parts if p not in PARTS]

@@ -169,7 +169,7 @@ def train_one(
     promotion intervals and the BF16/FP32 GEMMs with float32 BLAS, whose summation order
     depends on the CPU, the BLAS build and its thread count: its losses can differ between
     machines, first in the last bits, then by as much as two runs of different recipes."""
-    from ..recipes import recipe as _get_recipe
+    from ..gemms.presets import recipe as _get_recipe
 
     cfg = config or TrainConfig()
     if steps < 1:
@@ -360,7 +360,7 @@ def train(
     recipes at a time in worker processes (each with ``config.threads`` threads); with
     ``fidelity="exact"`` the results are the same bits as one after the other.  Workers report
     progress when a recipe finishes (``on_step`` is then called for each of its steps)."""
-    from ..recipes import recipe as _get_recipe
+    from ..gemms.presets import recipe as _get_recipe
 
     cfg = config or TrainConfig()
     if isinstance(recipes, str):

@@ -1,5 +1,5 @@
-"""The parallel drivers of quantization: they split a ``(B, M, N)`` tensor into rows or bands of rows
-and call the row kernel (:func:`~fp8sim.scaling.rows.round_row`) for each; the amax kernels; dequantization.
+"""The parallel drivers of quantization (private to :mod:`fp8sim.scaling`): they split a ``(B, M, N)``
+tensor into rows or bands of rows and call the row kernel (:func:`~fp8sim.scaling.rows.round_row`) for each; the amax kernels; dequantization.
 
 * :func:`apply` -- given scales: every row rounded with its blocks' scales;
 * :func:`fused` -- measured scales: each band's amaxes, scales, then its rounding;

@@ -12,12 +12,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import metrics
-from .gemm_core import SCALE_MODES, cast_output, promote, scaled_matmul, wide_matmul
+from .. import metrics
+from ..scaling import QuantizedTensor
+from ..tensorcore.fast import code_tables
+from .engine import SCALE_MODES, cast_output, promote, scaled_matmul, wide_matmul
+from .presets import recipe as get_recipe
 from .recipes import Recipe
-from .recipes import recipe as get_recipe
-from .scaling import QuantizedTensor
-from .tensorcore.fast import code_tables
 
 __all__ = ["GemmReport", "SOURCES", "fp8_gemm_report", "wide_gemm_report"]
 
@@ -118,7 +118,7 @@ def _decode(codes, fmt) -> np.ndarray:
 def fp8_gemm_report(x, w, qx: QuantizedTensor, qw: QuantizedTensor, r: Recipe, y, parts, baseline="bf16") -> GemmReport:
     """The report of an FP8 recipe's output ``y``: ``x``, ``w`` as given (float arrays or
     QuantizedTensors), ``qx``, ``qw`` their quantizations and ``parts = (A, B, sa, sb, kscale)``
-    what the kernel multiplied (:func:`fp8sim.pipeline.kernel_inputs`)."""
+    what the kernel multiplied (:func:`fp8sim.gemms.operands.kernel_inputs`)."""
     A, B, sa, sb, kscale = parts
     M, K = qx.shape
     N = qw.shape[1]

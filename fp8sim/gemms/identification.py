@@ -1,6 +1,6 @@
 """Which library configuration produced this GEMM output? (:func:`fp8sim.identify`)
 
-The module is ``fp8sim.identification``; ``fp8sim.identify`` is its function.
+The module is ``fp8sim.gemms.identification``; ``fp8sim.identify`` is its function.
 
 :func:`identify` takes the FP8 codes and scales a kernel was given and the output ``y`` it returned,
 searches the arithmetic parameters of :func:`fp8sim.scaled_gemm`'s :class:`~fp8sim.Recipe`, and
@@ -9,7 +9,7 @@ naming the first output that differs and the step of the model that would change
 
 The search space (every combination that makes a valid recipe):
 
-* ``accumulator``: every name of :func:`fp8sim.recipes.accumulator_names` (sm90): "wgmma" first,
+* ``accumulator``: every name of :func:`fp8sim.gemms.recipes.accumulator_names` (sm90): "wgmma" first,
   the others only when no wgmma candidate reproduces every output;
 * ``promote_every``: None, 32, 64, 128, 256, 512 (dividing 128 with 1x128 / 128x128 scales);
 * the scales: with tensorwise / rowwise scales ``scale_at="epilogue"`` in each ``epilogue_scale``
@@ -30,9 +30,9 @@ How (speed: about 2 s for 256x256x4096 on two cores when a wgmma recipe matches;
    every candidate and tells none apart) (its fused kernel:
    ~0.013 s for 8x256x4096 through ``scaled_matmul``; the sample's kernels run on one thread).  The tensor-core
    chain of every (accumulator, promote_every, scale mode, K slice) is run once through
-   :func:`fp8sim.scaled.run_codes` and cached; the slice sums (:func:`~fp8sim.scaled.combine_slices`),
-   epilogue orders (:func:`~fp8sim.scaled.apply_epilogue`) and output casts
-   (:func:`~fp8sim.gemm_core.cast_output`) of every candidate are cheap numpy on top;
+   :func:`fp8sim.gemms.engine.run_codes` and cached; the slice sums (:func:`~fp8sim.gemms.engine.combine_slices`),
+   epilogue orders (:func:`~fp8sim.gemms.engine.apply_epilogue`) and output casts
+   (:func:`~fp8sim.gemms.engine.cast_output`) of every candidate are cheap numpy on top;
 2. only when no wgmma candidate reproduces every output (stage 3 first): the other accumulators
    ("wgmma.f16", "mma.sync", "exact", "fp32": 0.1 to 0.7 s for 8x256x4096, 10 to 50 times slower;
    "fp64": numpy per promotion interval) on a tiny sample (1 row x 32 columns), with ``split_k=1``
@@ -60,13 +60,13 @@ from functools import cache
 import ml_dtypes
 import numpy as np
 
-from ._fpenv import ieee_defaults
-from .gemm_core import cast_output
+from .._fpenv import ieee_defaults
+from ..rounding.api import serial_if_small
+from ..tensorcore import get_model
+from ..tensorcore.kernels import scaled_request, select
+from .engine import apply_epilogue, cast_output, combine_slices, k_slices, run_codes
+from .operands import padded_inputs, prepare
 from .recipes import BF16_ACCUMULATORS, Recipe, accumulator_names
-from .rounding.api import serial_if_small
-from .scaled import apply_epilogue, combine_slices, k_slices, padded_inputs, prepare, run_codes
-from .tensorcore import get_model
-from .tensorcore.fast import fast_kernel_ok
 
 __all__ = ["identify", "IdentifyResult", "PREFERENCE", "STEPS", "STAGE2", "recipe_fields", "bit_match"]
 
@@ -294,7 +294,7 @@ def _layouts(K: int, P, only=None) -> list[tuple[int, int, list]]:
 
 
 def fp8_accumulators() -> list[str]:
-    """The accumulators identify searches: :func:`fp8sim.recipes.accumulator_names` without the BF16
+    """The accumulators identify searches: :func:`fp8sim.gemms.recipes.accumulator_names` without the BF16
     datapaths (identify takes FP8 codes)."""
     return [a for a in accumulator_names() if a not in BF16_ACCUMULATORS]
 
@@ -589,6 +589,12 @@ def _ties(p: _Problem, rows: list[dict], best: Recipe, results: list[tuple]) -> 
     return ties, len(todo) - len(pick)
 
 
+def _on_wgmma_kernel(model, fa, fb) -> bool:
+    """Whether :func:`~fp8sim.tensorcore.kernels.select` runs the exact CPU GEMM of ``model`` on the
+    wgmma kernels (``"packed"``, or ``"wgmma"`` for codes with inf / NaN)."""
+    return select(scaled_request(model, fa, fb)).name in ("packed", "wgmma")
+
+
 def identify(
     a_codes, b_codes, y, *, a_scale=None, b_scale=None, a_format="e4m3", b_format="e4m3", layout="kn"
 ) -> IdentifyResult:
@@ -612,7 +618,8 @@ def identify(
     t0 = time.perf_counter()
     p = _Problem(a_codes, b_codes, y, a_scale, b_scale, a_format, b_format, layout)
     names = fp8_accumulators()
-    fast = [a for a in names if a != "fp64" and fast_kernel_ok(get_model(a))]
+    # the accumulators whose scaled GEMM runs on a wgmma kernel (fp8sim.tensorcore.kernels) come first
+    fast = [a for a in names if a != "fp64" and _on_wgmma_kernel(get_model(a), p.fa, p.fb)]
     slow = [a for a in names if a not in fast]
     with serial_if_small(0, threshold=1):  # the sample's small kernels: no thread pool (see serial_if_small)
         rows = _ranked(_stage1(p, _Sample(p, SAMPLE, "rows"), fast))

@@ -1,45 +1,47 @@
-"""FP8 GEMMs on codes and scales the user already has, as the GEMM libraries run them.
+"""Operand preparation: what every FP8 GEMM does before the engine (:mod:`fp8sim.gemms.engine`).
 
-:func:`scaled_gemm` is ``torch._scaled_mm`` / a Triton or DeepGEMM kernel rebuilt on the CPU:
-FP8 codes and fp32 scales in, the output format's values out, with every arithmetic choice a
-library makes taken from the :class:`~fp8sim.Recipe` (docs/libraries.md):
+* float operands: checked (:func:`check_inputs`), quantized as the recipe says
+  (:func:`quantize_operands`, granularities laid along K by :func:`~fp8sim.scaling.orientation.along_k`);
+* codes the user already has (:func:`fp8sim.scaled_gemm`): checked as codes of their format
+  (:func:`as_codes`), the scales read as tensorwise / rowwise / 1x128 / 128x128 (:func:`scale_blocks`);
+* for the engine: codes zero-padded along K to whole promotion intervals (:func:`padded_k`,
+  :func:`pad_k`) and the scales per K block (:func:`k_scales`, :func:`padded_inputs`), written once for
+  NumPy and CuPy arrays (the array module of the operands, :func:`xp_of`).
 
-* the tensor-core accumulator and how often its partial leaves it (``accumulator``,
-  ``promote_every``);
-* split-K (``split_k`` slices starting on multiples of ``split_granule``, summed in fp32 in
-  ``split_order``: cuBLASLt's ``splitKreduce`` kernel);
-* where the scales are applied: at each promotion (``scale_at="promotion"``, with
-  ``scale_application`` ``"fma"`` or ``"mul-add"``; 1x128 / 128x128 blockwise scales) or in the
-  epilogue (``scale_at="epilogue"``, in the fp32 order ``epilogue_scale``; tensorwise and
-  rowwise scales);
-* the output rounding (``output_format``).
-
-:func:`run_codes` is the one engine: :func:`fp8sim.gemm` calls it after quantizing, and
-:func:`fp8sim.identify` searches its parameters.
+K that is not a multiple of the promotion interval / 32 is zero-padded at the end (zero codes), as
+TMA-fed kernels do; the ragged last scale block is the quantizer's own smaller block.  Padding does
+not change any bit: an all-zero instruction leaves the accumulator as it is.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
-from ._fpenv import ieee_defaults
-from ._inputs import float_input
-from .formats import Format
-from .formats import format as get_format
-from .gemm_core import apply_epilogue, cast_output, combine_slices, k_slices, scaled_matmul, split_sum
+from .._inputs import float_input
+from ..formats import Format
+from ..formats import format as get_format
+from ..scaling import QuantizedTensor, quantize
+from ..scaling.orientation import along_k, transpose_granularity
+from .presets import recipe as get_recipe
 from .recipes import Recipe
-from .recipes import recipe as get_recipe
+from .specs import OperandSpec
 
 __all__ = [
-    "scaled_gemm",
-    "run_codes",
-    "k_slices",
-    "combine_slices",
-    "apply_epilogue",
-    "scale_blocks",
-    "as_codes",
-    "pad_k",
+    "quantize_as",
+    "check_inputs",
+    "transpose_quantized",
+    "quantize_operands",
+    "k_scales",
+    "kernel_inputs",
     "padded_k",
+    "pad_k",
+    "xp_of",
+    "as_codes",
+    "scale_blocks",
+    "prepare",
+    "padded_inputs",
 ]
 
 BLOCK = 128  #: the K (and N) extent of one 1x128 / 128x128 scale block
@@ -52,7 +54,7 @@ def padded_k(K: int, promote_every: int | None) -> int:
     return -(-K // step) * step
 
 
-def _xp(a):
+def xp_of(a):
     """The array module of ``a``: CuPy for CuPy device arrays, else NumPy."""
     if type(a).__module__.startswith("cupy"):
         import cupy
@@ -63,7 +65,7 @@ def _xp(a):
 
 def pad_k(codes: np.ndarray, Kp: int, axis: int) -> np.ndarray:
     """``codes`` zero-padded along ``axis`` (its K axis) to ``Kp`` (contiguous; NumPy or CuPy)."""
-    xp = _xp(codes)
+    xp = xp_of(codes)
     K = codes.shape[axis]
     if Kp == K:
         return xp.ascontiguousarray(codes)
@@ -72,60 +74,126 @@ def pad_k(codes: np.ndarray, Kp: int, axis: int) -> np.ndarray:
     return xp.pad(codes, pad)
 
 
-def _slice_scales(s: np.ndarray, axis: int, k0: int, k1: int, kscale: int) -> np.ndarray:
-    if s.shape[axis] == 1:
-        return s
-    sl = slice(k0 // kscale, -(-k1 // kscale))
-    return _xp(s).ascontiguousarray(s[:, sl] if axis == 1 else s[sl])
+# ------------------------------------------------------------------ input checks
+def _as_float2d(a, name: str) -> np.ndarray | QuantizedTensor:
+    if isinstance(a, QuantizedTensor):
+        return a
+    # float32/float64 as they are, float16/bfloat16 exactly to float32, other dtypes: TypeError
+    arr, _ = float_input(a, "fp8sim.gemm", name)
+    if arr.ndim != 2:
+        raise ValueError(f"fp8sim.gemm: {name} must be 2-D, got shape {arr.shape}")
+    if 0 in arr.shape:
+        raise ValueError(f"fp8sim.gemm: {name} must not be empty, got shape {arr.shape}")
+    return arr
 
 
-def run_codes(A, B, sa, sb, kscale: int, a_format, b_format, r: Recipe, *, K=None, fidelity="exact", backend="cpu"):
-    """The fp32 accumulator (before the output cast) of recipe ``r`` on codes ``A (M, Kp)`` and
-    ``B (Kp, N)`` (uint8) and fp32 scales ``sa (M, nks)``, ``sb (nks, N)`` per K block of ``kscale``
-    elements (``nks == 1``: one scale over all of K).  ``K`` is the true K when the codes are
-    already zero-padded (the split-K boundaries depend on it).
+def check_inputs(x, w, layout: str):
+    if layout not in ("kn", "nk"):
+        raise ValueError(f"fp8sim.gemm: layout must be 'kn' (w is (K, N)) or 'nk' (w is (N, K)), got {layout!r}")
+    x = _as_float2d(x, "x")
+    w = _as_float2d(w, "w")
+    if isinstance(w, QuantizedTensor):
+        if len(w.shape) != 2:
+            raise ValueError(f"fp8sim.gemm: w must be 2-D, got shape {w.shape}")
+        if layout == "nk":
+            w = transpose_quantized(w)
+    elif layout == "nk":
+        w = w.T
+    if isinstance(x, QuantizedTensor) and len(x.shape) != 2:
+        raise ValueError(f"fp8sim.gemm: x must be 2-D, got shape {x.shape}")
+    kx, kw = x.shape[1], w.shape[0]
+    if kx != kw:
+        wshape = tuple(w.shape) if layout == "kn" else tuple(w.shape)[::-1]
+        raise ValueError(
+            f"fp8sim.gemm: inner dimensions differ: x is {tuple(x.shape)} (K={kx}), "
+            f"w is {wshape} with layout={layout!r} (K={kw})"
+        )
+    return x, w
 
-    With ``split_k == 1`` and the ``"alpha"`` epilogue this is one :func:`scaled_matmul` call;
-    otherwise each K slice is its own :func:`scaled_matmul` (scales at promotion applied inside
-    the slice), the slices are summed by :func:`combine_slices`, and epilogue scales are applied
-    by :func:`apply_epilogue`.
-    """
-    Kp = A.shape[1]
-    K = Kp if K is None else int(K)
-    kw = dict(
-        a_format=a_format,
-        b_format=b_format,
-        accumulator=r.accumulator,
-        promote_every=r.promote_every,
-        scale_application=r.scale_application,
-        fidelity=fidelity,
-        backend=backend,
+
+# ------------------------------------------------------------------ orientation along K
+def transpose_quantized(q: QuantizedTensor) -> QuantizedTensor:
+    """The QuantizedTensor of a 2-D ``q``'s transpose: codes, scales, amax AND granularity
+    transposed, so that ``transpose_quantized(q).dequantize() == q.dequantize().T``."""
+    g = transpose_granularity(q.granularity)
+    shape = tuple(q.shape)[::-1]
+    if tuple(q.scales.shape[::-1]) != g.scale_shape(shape):  # scales that do not fit their granularity
+        raise ValueError(
+            f"fp8sim.gemm: cannot transpose {q!r}: its scales {q.scales.shape} do not match "
+            f"its granularity {q.granularity.name} on shape {q.shape}"
+        )
+    return replace(
+        q,
+        codes=np.ascontiguousarray(q.codes.T),
+        scales=np.ascontiguousarray(q.scales.T),
+        shape=shape,
+        amax=np.ascontiguousarray(np.asarray(q.amax).T),
+        block_shape=g.block_shape(shape),
+        granularity=g,
+        _view=None,
     )
-    epi = r.scale_at == "epilogue"
-    if r.split_k == 1 and (not epi or r.epilogue_scale == "alpha"):
-        return scaled_matmul(A, B, sa, sb, kscale=kscale, scale_at=r.scale_at, **kw)
-    M, N = A.shape[0], B.shape[1]
-    xp = _xp(A)
-    ones_a, ones_b = xp.ones((M, 1), np.float32), xp.ones((1, N), np.float32)
 
-    def part(k0: int, k1: int) -> np.ndarray:
-        n = padded_k(k1 - k0, r.promote_every)
-        a, b = pad_k(A[:, k0:k1], n, 1), pad_k(B[k0:k1], n, 0)
-        if epi:
-            return scaled_matmul(a, b, ones_a, ones_b, kscale=n, scale_at="epilogue", **kw)
-        if k0 % kscale and sa.shape[1] * sb.shape[0] > 1:
-            raise ValueError(
-                f"split-K slice at K={k0} does not start on a scale block of {kscale}: split_granule "
-                f"({r.split_granule}) must be a multiple of the scale block"
-            )
-        sa_s, sb_s = _slice_scales(sa, 1, k0, k1, kscale), _slice_scales(sb, 0, k0, k1, kscale)
-        ks = kscale if sa_s.shape[1] * sb_s.shape[0] > 1 else n
-        return scaled_matmul(a, b, sa_s, sb_s, kscale=ks, scale_at="promotion", **kw)
 
-    acc = split_sum(K, r, part, Kp)  # the zero padding belongs to the last slice
-    if epi:
-        acc = apply_epilogue(acc, sa[:, :1], sb[:1, :], r.epilogue_scale)
-    return acc
+# ------------------------------------------------------------------ quantization
+def quantize_as(a, spec: OperandSpec, which: str) -> QuantizedTensor:
+    """Quantize the GEMM operand ``a`` (``which``: ``"x"`` an ``(M, K)`` operand, ``"w"`` a ``(K, N)``
+    one) as the operand spec says: its format, its granularity laid along K
+    (:func:`~fp8sim.scaling.orientation.along_k`; parsed from the spelling, so that delayed scaling
+    starts from a fresh state as it always did), its scale format, rounding and margin."""
+    return quantize(
+        a,
+        spec.format,
+        along_k(spec.spelling, which),
+        scale_format=spec.scale_format,
+        scale_rounding=spec.scale_rounding,
+        margin=spec.margin,
+    )
+
+
+def quantize_operands(x, w, recipe) -> tuple[QuantizedTensor, QuantizedTensor]:
+    """Quantize ``x (M, K)`` and ``w (K, N)`` as ``recipe`` says (``recipe.x``, ``recipe.w``;
+    QuantizedTensors pass through)."""
+    r = get_recipe(recipe)
+    qx = x if isinstance(x, QuantizedTensor) else quantize_as(x, r.x, "x")
+    qw = w if isinstance(w, QuantizedTensor) else quantize_as(w, r.w, "w")
+    return qx, qw
+
+
+# ------------------------------------------------------------------ the kernel's operands
+def k_scales(qx: QuantizedTensor, qw: QuantizedTensor, Kp: int):
+    """Scales per K block for the kernel: ``(sa (M, nks), sb (nks, N), kscale, nks)``, float32
+    scales and the block length along K (``Kp`` for one block over all of K)."""
+    M, K = qx.shape
+    N = qw.shape[1]
+    bmx, bkx = qx.block_shape
+    bkw, bnw = qw.block_shape
+    bkx = K if qx.scales.shape[1] == 1 else bkx
+    bkw = K if qw.scales.shape[0] == 1 else bkw
+    kscale = min(bkx, bkw)
+    for b, n in ((bkx, qx.scales.shape[1]), (bkw, qw.scales.shape[0])):
+        if n > 1 and b % kscale:
+            raise ValueError(f"fp8sim.gemm: scale blocks along K of {bkx} (x) and {bkw} (w) do not nest")
+    if kscale % 32 and qx.scales.shape[1] * qw.scales.shape[0] > 1:
+        raise ValueError(f"fp8sim.gemm: K scale blocks must be multiples of 32 (one MMA), got {kscale}")
+    nks = -(-Kp // kscale) if kscale < K else 1
+    j = np.arange(nks) * kscale
+    ia = np.minimum(j // bkx, qx.scales.shape[1] - 1) if qx.scales.shape[1] > 1 else np.zeros(nks, int)
+    iw = np.minimum(j // bkw, qw.scales.shape[0] - 1) if qw.scales.shape[0] > 1 else np.zeros(nks, int)
+    sa = np.repeat(qx.scales.astype(np.float32), bmx, axis=0)[:M][:, ia]
+    sb = np.repeat(qw.scales.astype(np.float32), bnw, axis=1)[:, :N][iw]
+    gs = float(qx.global_scale) * float(qw.global_scale)
+    if gs != 1.0:
+        raise ValueError("fp8sim.gemm: two-level (NVFP4) scales are not supported by the FP8 GEMM")
+    return np.ascontiguousarray(sa), np.ascontiguousarray(sb), (kscale if kscale < K else Kp), nks
+
+
+def kernel_inputs(qx: QuantizedTensor, qw: QuantizedTensor, promote_every: int | None):
+    """What :func:`scaled_matmul` takes for ``qx (M, K) @ qw (K, N)``: ``(A (M, Kp), B (Kp, N), sa,
+    sb, kscale)``, the codes zero-padded to :func:`padded_k` and the scales per K block
+    (:func:`k_scales`)."""
+    Kp = padded_k(qx.shape[1], promote_every)
+    sa, sb, kscale, _nks = k_scales(qx, qw, Kp)
+    return pad_k(qx.codes, Kp, 1), pad_k(qw.codes, Kp, 0), sa, sb, kscale
 
 
 # ------------------------------------------------------------------ scaled_gemm: inputs
@@ -292,85 +360,3 @@ def padded_inputs(A, B, sa, sb, kscale, r: Recipe):
             sa = np.pad(sa, ((0, 0), (0, nks - sa.shape[1])), mode="edge")
             sb = np.pad(sb, ((0, nks - sb.shape[0]), (0, 0)), mode="edge")
     return pad_k(A, Kp, 1), pad_k(B, Kp, 0), sa, sb, (Kp if kscale is None else kscale)
-
-
-def _check_block_scaled_formats(r: Recipe, fa: Format, fb: Format) -> None:
-    """A block-scaled recipe (MXFP8 / MXFP4 / NVFP4) in :func:`scaled_gemm`: its MMA must multiply
-    the codes' formats (``kind::mxf4`` and ``kind::mxf4nvf4`` take E2M1 only, not 8-bit codes)."""
-    from .tensorcore import archs
-
-    assert isinstance(r.accumulator, str)
-    arch, _, key = r.accumulator.partition(":")
-    takes = sorted({f for row in archs.ROWS if (row.arch, row.key) == (arch, key) for f in row.formats})
-    bad = [f"{n}={f.name!r}" for n, f in (("a_format", fa), ("b_format", fb)) if f.name not in takes]
-    if bad:
-        eight = [f for f in takes if get_format(f).bits == 8]
-        hint = (
-            f"of these scaled_gemm takes {', '.join(eight)} codes"
-            if eight
-            else "scaled_gemm takes 8-bit codes, so it cannot run this recipe: use fp8sim.gemm (which quantizes "
-            "with the recipe's block scales) or fp8sim.tensorcore.matmul with a_scale / b_scale"
-        )
-        raise ValueError(
-            f"fp8sim.scaled_gemm: recipe {r.name!r} runs on the block-scaled MMA {r.accumulator!r}, which "
-            f"multiplies {', '.join(takes)} only, not {' and '.join(bad)}; {hint}"
-        )
-
-
-@ieee_defaults
-def scaled_gemm(
-    a_codes,
-    b_codes,
-    a_scale,
-    b_scale,
-    recipe="cublaslt-tensor",
-    *,
-    a_format="e4m3",
-    b_format="e4m3",
-    layout: str = "kn",
-    backend: str = "cpu",
-) -> np.ndarray:
-    """``y = (a_scale * a) @ (b_scale * b)`` on FP8 codes, as the library configuration ``recipe``
-    computes it (bit for bit where the preset is ``validated``; docs/libraries.md).
-
-    Parameters
-    ----------
-    a_codes : (M, K) uint8 codes of ``a_format``, an ml_dtypes float8 array or a torch float8 tensor
-    b_codes : (K, N) codes (``layout="kn"``), or (N, K) (``layout="nk"``, torch's weight layout)
-    a_scale : fp32 scales: ``()`` tensorwise, ``(M, 1)`` rowwise, ``(M, ceil(K/128))`` 1x128 blocks
-    b_scale : ``()`` tensorwise, ``(1, N)`` per output column, 128x128 blocks as
-        ``(ceil(K/128), ceil(N/128))`` (``"kn"``) or ``(ceil(N/128), ceil(K/128))`` (``"nk"``: the
-        blocks of b as given).  torch's ``scale_b`` for ``torch._scaled_mm(a, w.t(), ...)`` is the
-        ``(ceil(K/128), ceil(N/128))`` one: pass ``scale_b.T`` with ``layout="nk"`` (a square grid of
-        blocks cannot tell the two apart)
-    recipe : a preset name (``fp8sim.recipe_names()``: ``"cublaslt-tensor"``, ``"cublaslt-row-fast"``,
-        ``"cublaslt-block"``, ``"triton"``, ``"deepseek-v3"``, ...) or a :class:`~fp8sim.Recipe`; its
-        arithmetic fields are used (accumulator, promotion, scale placement and order, split-K,
-        output format), not its formats and granularities (the codes' formats are given here, the
-        granularity follows from the scale shapes)
-    backend : ``"cpu"`` or ``"cupy"`` (the CUDA-core emulation kernel, bit-identical)
-
-    Returns
-    -------
-    (M, N) float32 array holding values of the recipe's output format (float64 for ``"fp64"``).
-    NaN / inf codes and scales follow IEEE arithmetic as the hardware does (a NaN scale makes
-    every output it scales NaN).
-    """
-    r = get_recipe(recipe)
-    if not r.is_fp8:
-        raise ValueError(f"fp8sim.scaled_gemm: recipe {r.name!r} is not an FP8 recipe (its operands are {r.x_format})")
-    A, B, sa, sb, kscale, fa, fb, kinds = prepare(a_codes, b_codes, a_scale, b_scale, a_format, b_format, layout)
-    if r.block_scaled:
-        _check_block_scaled_formats(r, fa, fb)
-    if r.scale_at == "epilogue" and kscale is not None:
-        raise ValueError(
-            f"fp8sim.scaled_gemm: recipe {r.name!r} applies the scales in the epilogue (one scale per row / "
-            f"column over all of K), but the scales are {kinds[0]} x {kinds[1]} blocks along K: use a recipe "
-            "with scale_at='promotion' (e.g. 'cublaslt-block', 'deepseek-v3')"
-        )
-    if kscale is not None and r.split_k > 1 and r.split_granule % kscale:
-        raise ValueError(f"fp8sim.scaled_gemm: split_granule {r.split_granule} is not a multiple of the scale block")
-    K = A.shape[1]
-    Ap, Bp, sa, sb, ks = padded_inputs(A, B, sa, sb, kscale, r)
-    y = run_codes(Ap, Bp, sa, sb, ks, fa, fb, r, K=K, backend=backend)
-    return cast_output(y, r.output_format)

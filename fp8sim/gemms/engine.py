@@ -1,41 +1,43 @@
-"""The arithmetic of the GEMM pipeline after quantization.
+"""The one GEMM engine: FP8 codes and their scales in, the fp32 accumulator out, then the output cast.
 
-* :func:`scaled_matmul`: FP8 codes and their scales per K block in, fp32 out: the tensor-core
-  partial of every promotion interval (an accumulator model of :mod:`fp8sim.tensorcore`), scaled
-  and promoted into an fp32 accumulator (:func:`promote`), or scaled once in the epilogue;
+* :func:`run_codes`: the engine of every FP8 GEMM of a recipe (:func:`fp8sim.gemm` after
+  quantizing, :func:`fp8sim.scaled_gemm` on the user's codes, :func:`fp8sim.identify` searching its
+  parameters, the device path on CuPy arrays): split-K slices (:func:`k_slices`, summed by
+  :func:`combine_slices`), each one :func:`scaled_matmul`, then the epilogue scale order
+  (:func:`apply_epilogue`);
+* :func:`scaled_matmul`: codes and scales per K block in, fp32 out: the tensor-core partial of every
+  promotion interval (an accumulator model of :mod:`fp8sim.tensorcore`), scaled and promoted into
+  an fp32 accumulator (:func:`promote`), or scaled once in the epilogue;
 * :func:`cast_output`: the fp32 accumulator to the recipe's output format (RNE, the hardware's
   canonical NaN);
 * :func:`wide_matmul`: the unquantized recipes (bf16, fp32, fp64 operands, :func:`cast_operand`),
-  on numpy's BLAS or, for ``accumulator="wgmma.bf16"``, on the H200's BF16 tensor-core model;
-* :func:`k_slices`, :func:`combine_slices`, :func:`split_sum`, :func:`apply_epilogue`: split-K and the epilogue
-  scale orders of the library GEMMs (:mod:`fp8sim.scaled`).
-
-:func:`fp8sim.gemm` (:mod:`fp8sim.pipeline`) and its error decomposition (:mod:`fp8sim.gemm_report`)
-are built from these.
+  on numpy's BLAS or, for ``accumulator="wgmma.bf16"``, on the H200's BF16 tensor-core model.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ._fpenv import ieee_defaults
-from .formats import format as get_format
-from .intrinsics import fma32_array
-from .recipes import BF16_ACCUMULATORS, SCALE_ATS, Recipe, is_int
-from .rounding import cast
-from .scaling import QuantizedTensor
-from .tensorcore import get_model
-from .tensorcore import matmul as tc_matmul
-from .tensorcore.cuda import cupy_wgmma_gemm, device_wgmma_gemm
-from .tensorcore.fast import (
+from .._fpenv import ieee_defaults
+from ..formats import format as get_format
+from ..intrinsics import fma32_array
+from ..rounding import cast
+from ..scaling import QuantizedTensor
+from ..tensorcore import get_model
+from ..tensorcore import matmul as tc_matmul
+from ..tensorcore.cuda import cupy_wgmma_gemm, device_wgmma_gemm
+from ..tensorcore.fast import (
     SCALE_EPILOGUE,
     SCALE_FMA,
     SCALE_MUL_ADD,
     code_tables,
-    fast_kernel_ok,
     wgmma_gemm,
     wgmma_gemm_codes,
 )
+from ..tensorcore.kernels import NoKernelError, scaled_request, select, with_facts
+from .operands import pad_k, padded_k, xp_of
+from .recipes import BF16_ACCUMULATORS, SCALE_ATS, Recipe, is_int
+from .specs import GemmSpec
 
 __all__ = [
     "scaled_matmul",
@@ -47,6 +49,7 @@ __all__ = [
     "combine_slices",
     "apply_epilogue",
     "split_sum",
+    "run_codes",
     "SCALE_MODES",
 ]
 
@@ -141,10 +144,15 @@ def scaled_matmul(
     scale_application="fma",
     fidelity="exact",
     backend="cpu",
+    kernel=None,
 ):
     """The FP8 core of :func:`fp8sim.gemm` on codes: ``a_codes (M, Kp)``, ``b_codes (Kp, N)`` uint8 (Kp a
     multiple of 32, already padded), ``sa (M, nks)``, ``sb (nks, N)`` float32 scales per K block of
-    ``kscale`` elements (``nks == 1`` for ``scale_at="epilogue"``).  Returns the fp32 result."""
+    ``kscale`` elements (``nks == 1`` for ``scale_at="epilogue"``).  Returns the fp32 result.
+
+    The kernel is the one :func:`fp8sim.tensorcore.kernels.select` picks for the accumulator model,
+    formats, shape, ``fidelity`` and ``backend``; ``kernel`` (a name of a ``"scaled"`` kernel there)
+    runs that one instead where it computes the request (for cross-checks and benchmarks)."""
     if isinstance(accumulator, str) and accumulator.strip().lower() in BF16_ACCUMULATORS:
         raise ValueError(
             f"scaled_matmul: accumulator {accumulator!r} is the BF16 tensor-core datapath; FP8 codes need "
@@ -153,7 +161,19 @@ def scaled_matmul(
     fa, fb = get_format(a_format), get_format(b_format)
     if type(a_codes).__module__.startswith("cupy"):  # device arrays in, a device array out
         return _device_scaled_matmul(
-            a_codes, b_codes, sa, sb, fa, fb, kscale, accumulator, promote_every, scale_at, scale_application, fidelity
+            a_codes,
+            b_codes,
+            sa,
+            sb,
+            fa,
+            fb,
+            kscale,
+            accumulator,
+            promote_every,
+            scale_at,
+            scale_application,
+            fidelity,
+            kernel,
         )
     a_codes, b_codes, sa, sb = np.asarray(a_codes), np.asarray(b_codes), np.asarray(sa), np.asarray(sb)
     P, mode = _check(
@@ -164,21 +184,28 @@ def scaled_matmul(
     sa = np.ascontiguousarray(sa, np.float32)
     sb = np.ascontiguousarray(sb, np.float32)
     model = None if accumulator == "fp64" else get_model(accumulator)
-    if backend == "cupy":
-        if not (fidelity == "exact" and model is not None and fast_kernel_ok(model)):
-            raise NotImplementedError(
-                "backend='cupy' implements the fused wgmma-type accumulator models "
-                f"(fidelity='exact') only, not {accumulator!r} / {fidelity!r}"
-            )
+    # the kernel: fp8sim.tensorcore.kernels.select (the packed kernel checks the codes for inf / NaN
+    # while it runs; where it finds some, the next kernel for finite_codes=False runs)
+    req = scaled_request(model, fa, fb, m=M, n=N, k=Kp, fidelity=fidelity, backend=backend)
+    kern = select(req, kernel)
+    if kern.name == "cuda":
+        assert model is not None
         return cupy_wgmma_gemm(
             a_codes, b_codes, fa, fb, sa, sb, int(kscale), P, mode, int(model.frac_bits), _keep_bits(model)
         )
-    if fidelity == "exact" and model is not None and fast_kernel_ok(model):
+    if kern.name == "packed":
+        assert model is not None
         keep = np.int32(_keep_bits(model))
         out = wgmma_gemm_codes(a_codes, b_codes, fa, fb, sa, sb, int(kscale), P, mode, int(model.frac_bits), keep)
-        if out is not None:  # no inf / NaN codes: the packed kernel
+        if out is not None:
             return out
-        va, ea, spa = code_tables(fa)  # inf / NaN codes: the general kernel
+        if kernel is not None:
+            raise NoKernelError("kernel 'packed' does not compute these operands: they hold inf / NaN codes")
+        kern = select(with_facts(req, finite_codes=False))
+    if kern.name == "wgmma":  # any codes, inf / NaN included
+        assert model is not None
+        keep = np.int32(_keep_bits(model))
+        va, ea, spa = code_tables(fa)
         vb, eb, spb = code_tables(fb)
         bspec = spb[b_codes].any(axis=1)
         askip = np.ascontiguousarray((va[a_codes] == 0) & ~np.isnan(va[a_codes]) & ~bspec[None, :])
@@ -200,17 +227,17 @@ def scaled_matmul(
                 out,
             )
         return out
-    # general path: one partial per promotion interval, combined in fp32 here
+    # "blas-fast", "fp64", "chain-loop": one partial per promotion interval, combined in fp32 here
     Av = code_tables(fa)[0][a_codes]
     Bv = code_tables(fb)[0][b_codes]
     step = P if P else Kp
     tot = np.zeros((M, N), np.float32)
     for k0 in range(0, Kp, step):
         k1 = min(Kp, k0 + step)
-        if fidelity == "fast":
+        if kern.name == "blas-fast":
             with np.errstate(all="ignore"):
                 part = (Av[:, k0:k1] @ Bv[k0:k1]).astype(np.float32)
-        elif model is None:
+        elif kern.name == "fp64":
             with np.errstate(all="ignore"):
                 part = (Av[:, k0:k1].astype(np.float64) @ Bv[k0:k1].astype(np.float64)).astype(np.float32)
         else:
@@ -229,7 +256,7 @@ def scaled_matmul(
 
 
 def _device_scaled_matmul(
-    a_codes, b_codes, sa, sb, fa, fb, kscale, accumulator, promote_every, scale_at, scale_application, fidelity
+    a_codes, b_codes, sa, sb, fa, fb, kscale, accumulator, promote_every, scale_at, scale_application, fidelity, kernel
 ):
     """:func:`scaled_matmul` on CuPy device arrays (``b_codes`` may be the transposed view of an
     (N, Kp) array: the kernel reads that layout without a copy)."""
@@ -237,11 +264,10 @@ def _device_scaled_matmul(
         a_codes, b_codes, sa, sb, fa, fb, kscale, promote_every, scale_at, scale_application, fidelity, "cupy"
     )
     model = None if accumulator == "fp64" else get_model(accumulator)
-    if not (fidelity == "exact" and model is not None and fast_kernel_ok(model)):
-        raise NotImplementedError(
-            "backend='cupy' implements the fused wgmma-type accumulator models "
-            f"(fidelity='exact') only, not {accumulator!r} / {fidelity!r}"
-        )
+    M, Kp = a_codes.shape
+    req = scaled_request(model, fa, fb, m=M, n=b_codes.shape[1], k=Kp, fidelity=fidelity, backend="cupy")
+    select(req, kernel)  # the one kernel on device arrays ("cuda"), or NoKernelError with every kernel's reason
+    assert model is not None
     return device_wgmma_gemm(
         a_codes, b_codes, fa, fb, sa, sb, int(kscale), P, mode, int(model.frac_bits), _keep_bits(model)
     )
@@ -331,7 +357,7 @@ def bf16_tensorcore_matmul(xa: np.ndarray, wa: np.ndarray, r: Recipe) -> np.ndar
     """The fp32 accumulator of a BF16 recipe on a tensor-core model (``accumulator="wgmma.bf16"``):
     bf16 operands (float32 storage) multiplied by :func:`~fp8sim.tensorcore.wide.bf16_matmul` on
     each split-K slice (:func:`k_slices`), the slices summed by :func:`combine_slices`."""
-    from .tensorcore.wide import bf16_matmul
+    from ..tensorcore.wide import bf16_matmul
 
     a_bits = (np.ascontiguousarray(xa, np.float32).view(np.uint32) >> 16).astype(np.uint16)
     b_bits = (np.ascontiguousarray(wa, np.float32).view(np.uint32) >> 16).astype(np.uint16)
@@ -362,3 +388,66 @@ def wide_matmul(x, w, r: Recipe) -> np.ndarray:
         else:
             y = xa.astype(np.float32) @ wa.astype(np.float32)
     return cast_output(y, r.output_format)
+
+
+def _slice_scales(s: np.ndarray, axis: int, k0: int, k1: int, kscale: int) -> np.ndarray:
+    if s.shape[axis] == 1:
+        return s
+    sl = slice(k0 // kscale, -(-k1 // kscale))
+    return xp_of(s).ascontiguousarray(s[:, sl] if axis == 1 else s[sl])
+
+
+def run_codes(
+    A, B, sa, sb, kscale: int, a_format, b_format, spec: GemmSpec | Recipe, *, K=None, fidelity="exact", backend="cpu"
+):
+    """The fp32 accumulator (before the output cast) of GEMM ``spec`` (a
+    :class:`~fp8sim.gemms.specs.GemmSpec`, or a :class:`Recipe`: its Fprop GEMM, ``recipe.fprop``)
+    on codes ``A (M, Kp)`` and ``B (Kp, N)`` (uint8) and fp32 scales ``sa (M, nks)``, ``sb (nks, N)``
+    per K block of ``kscale`` elements (``nks == 1``: one scale over all of K).  ``K`` is the true K
+    when the codes are already zero-padded (the split-K boundaries depend on it).
+
+    Without split-K and with the ``"alpha"`` epilogue this is one :func:`scaled_matmul` call;
+    otherwise each K slice is its own :func:`scaled_matmul` (scales at promotion applied inside
+    the slice), the slices are summed by :func:`combine_slices`, and epilogue scales are applied
+    by :func:`apply_epilogue`.
+    """
+    g = spec.fprop if isinstance(spec, Recipe) else spec
+    split = g.split_k
+    Kp = A.shape[1]
+    K = Kp if K is None else int(K)
+    kw = dict(
+        a_format=a_format,
+        b_format=b_format,
+        accumulator=g.accumulator_name,
+        promote_every=g.promote_every,
+        scale_application=g.scale_application,
+        fidelity=fidelity,
+        backend=backend,
+    )
+    epi = g.scale_at == "epilogue"
+    if split.slices == 1 and (not epi or g.epilogue_scale == "alpha"):
+        return scaled_matmul(A, B, sa, sb, kscale=kscale, scale_at=g.scale_at, **kw)
+    M, N = A.shape[0], B.shape[1]
+    xp = xp_of(A)
+    ones_a, ones_b = xp.ones((M, 1), np.float32), xp.ones((1, N), np.float32)
+
+    def part(k0: int, k1: int) -> np.ndarray:
+        n = padded_k(k1 - k0, g.promote_every)
+        a, b = pad_k(A[:, k0:k1], n, 1), pad_k(B[k0:k1], n, 0)
+        if epi:
+            return scaled_matmul(a, b, ones_a, ones_b, kscale=n, scale_at="epilogue", **kw)
+        if k0 % kscale and sa.shape[1] * sb.shape[0] > 1:
+            raise ValueError(
+                f"split-K slice at K={k0} does not start on a scale block of {kscale}: split_granule "
+                f"({split.granule}) must be a multiple of the scale block"
+            )
+        sa_s, sb_s = _slice_scales(sa, 1, k0, k1, kscale), _slice_scales(sb, 0, k0, k1, kscale)
+        ks = kscale if sa_s.shape[1] * sb_s.shape[0] > 1 else n
+        return scaled_matmul(a, b, sa_s, sb_s, kscale=ks, scale_at="promotion", **kw)
+
+    slices = k_slices(K, split.slices, split.granule)
+    slices[-1] = (slices[-1][0], Kp)  # the zero padding belongs to the last slice
+    acc = combine_slices([part(k0, k1) for k0, k1 in slices], split.order)
+    if epi:
+        acc = apply_epilogue(acc, sa[:, :1], sb[:1, :], g.epilogue_scale)
+    return acc

@@ -1,10 +1,11 @@
-"""Numba kernels behind :mod:`fp8sim.rounding`: the one rounding mechanism.
+"""Numba kernels behind :mod:`fp8sim.rounding` (private: the package re-exports what other packages use):
+the one rounding mechanism.
 
 One scalar routine, :func:`round_one`, rounds a float to any
 :class:`~fp8sim.formats.Format` in any mode and returns both the rounded
 value and its code.  The parallel array kernels call it element by element;
-the format arrives as plain integers and the mode as a compile-time
-constant, so there is one mechanism for every format and mode rather than a
+the format arrives as one :class:`~fp8sim.rounding.params.FormatParams` struct (plain numbers,
+unpacked inside) and the mode as a compile-time constant, so there is one mechanism for every format and mode rather than a
 copy per format.
 
 The method works on the input's bit pattern with integer arithmetic.  With
@@ -118,28 +119,26 @@ def _make_round_one(FT, IT, P: int, BIAS: int):
         # int64 -> float64 does not (no vcvtqq2pd): set m as the low mantissa bits of 2**52
         return IT(m | IT(0x4330000000000000)).view(FT) - FT(4503599627370496.0)
 
-    def round_one(
-        x,
-        r,
-        mode,
-        mbits,
-        emin,
-        emax,
-        max_code,
-        max_val,
-        sign_mask,
-        signed,
-        has_neg_zero,
-        subnormals,
-        inf_code,
-        nan_code,
-        saturate_overflow,
-        flush,
-        sr_bits,
-    ):
+    def round_one(x, r, mode, p, k=0):
+        (
+            mbits,
+            emin,
+            emax,
+            max_code,
+            max_val,
+            sign_mask,
+            signed,
+            has_neg_zero,
+            subnormals,
+            inf_code,
+            nan_code,
+            saturate_overflow,
+            flush,
+            sr_bits,
+        ) = p
         mbits = IT(mbits)
-        emin = IT(emin)
-        emax = IT(emax)
+        emin = IT(emin + k)
+        emax = IT(emax + k)
         max_code = IT(max_code)
         sign_mask = IT(sign_mask)
         inf_code = IT(inf_code)
@@ -235,58 +234,22 @@ _ROUND_ONE_F32 = _make_round_one(np.float32, np.int32, 23, 127)
 _ROUND_ONE_F64 = _make_round_one(np.float64, np.int64, 52, 1023)
 
 
-def round_one(
-    x,
-    r,
-    mode,
-    mbits,
-    emin,
-    emax,
-    max_code,
-    max_val,
-    sign_mask,
-    signed,
-    has_neg_zero,
-    subnormals,
-    inf_code,
-    nan_code,
-    saturate_overflow,
-    flush,
-    sr_bits,
-):
-    """Round one float32/float64 ``x`` to the target format; return ``(value, code)``.
+def round_one(x, r, mode, p, k=0):
+    """Round one float32/float64 ``x`` to the format of ``p``; return ``(value, code)``.
 
-    Callable from numba code only.  The value has ``x``'s type; the code is
-    an int32 (float32 input) or int64.  ``r`` holds 64 random bits (used by
-    SR only).  ``inf_code``/``nan_code`` are -1 when the format lacks them;
-    ``saturate_overflow`` is 1 for saturating conversion and for formats
-    with neither inf nor NaN.  The parameters after ``mode`` are
-    the fields of a :class:`~fp8sim.rounding.params.FormatParams`.  Float32 ``x`` requires
-    ``fp8sim.rounding.float32_kernel_ok(fmt)``; pass float64 otherwise.
+    Callable from numba code only.  ``p`` is the :class:`~fp8sim.rounding.params.FormatParams` of
+    :func:`~fp8sim.rounding.params.format_params`, passed whole (unpacked inside).  The value has
+    ``x``'s type; the code is an int32 (float32 input) or int64.  ``r`` holds 64 random bits (used by
+    SR only); ``mode`` is a mode number (a compile-time constant where the caller's is).  ``k`` shifts
+    the format's exponent range (``emin + k``, ``emax + k``): the code of a quotient formed with the
+    range shifted.  Float32 ``x`` requires ``fp8sim.rounding.float32_kernel_ok(fmt)``; pass float64
+    otherwise.
     """
     raise NotImplementedError("round_one runs inside numba-compiled code only")
 
 
 @overload(round_one, inline="always")
-def _round_one_overload(
-    x,
-    r,
-    mode,
-    mbits,
-    emin,
-    emax,
-    max_code,
-    max_val,
-    sign_mask,
-    signed,
-    has_neg_zero,
-    subnormals,
-    inf_code,
-    nan_code,
-    saturate_overflow,
-    flush,
-    sr_bits,
-):
+def _round_one_overload(x, r, mode, p, k=0):
     if x == types.float32:
         return _ROUND_ONE_F32
     if x == types.float64:
@@ -320,46 +283,12 @@ CHUNK = 4096
 
 @njit(inline="always")
 def _loop(x, out, mode, p, key):
-    (
-        mbits,
-        emin,
-        emax,
-        max_code,
-        max_val,
-        sign_mask,
-        signed,
-        has_neg_zero,
-        subnormals,
-        inf_code,
-        nan_code,
-        saturate_overflow,
-        flush,
-        sr_bits,
-    ) = p
     n = x.size
     for ch in prange((n + CHUNK - 1) // CHUNK):
         fe = _fpenv.enter()  # the IEEE default environment on whichever thread runs the chunk
         for i in range(ch * CHUNK, min(n, (ch + 1) * CHUNK)):
             r = random_bits(key, i) if mode == SR else np.uint64(0)
-            v, c = round_one(
-                x[i],
-                r,
-                mode,
-                mbits,
-                emin,
-                emax,
-                max_code,
-                max_val,
-                sign_mask,
-                signed,
-                has_neg_zero,
-                subnormals,
-                inf_code,
-                nan_code,
-                saturate_overflow,
-                flush,
-                sr_bits,
-            )
+            v, c = round_one(x[i], r, mode, p)
             _store(out, i, v, c)  # the output dtype picks value or code at compile time
         _fpenv.leave(fe)
 

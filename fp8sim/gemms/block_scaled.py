@@ -1,6 +1,6 @@
 """GEMMs whose block scales are folded into the MMA: the MXFP8 / MXFP4 / NVFP4 recipes on Blackwell.
 
-:func:`block_scaled_gemm` runs a :class:`~fp8sim.recipes.Recipe` whose accumulator is a
+:func:`block_scaled_gemm` runs a :class:`~fp8sim.gemms.recipes.Recipe` whose accumulator is a
 block-scaled instruction (``"sm100:tcgen05.mma.kind::mxf8f6f4"``, ``"...kind::mxf4"``,
 ``"...kind::mxf4nvf4"``; :attr:`Recipe.block_scaled`):
 
@@ -11,7 +11,7 @@ block-scaled instruction (``"sm100:tcgen05.mma.kind::mxf8f6f4"``, ``"...kind::mx
 2. the codes and the scale codes into :func:`fp8sim.tensorcore.matmul`, which chains the
    instruction along K with the scales inside every instruction (no separate promotion);
 3. an NVFP4 tensor scale in the epilogue, ``fp32(fp32(gx * gw) * acc)`` (the GEMM's alpha);
-4. the output cast of the recipe (:func:`fp8sim.gemm_core.cast_output`).
+4. the output cast of the recipe (:func:`fp8sim.gemms.engine.cast_output`).
 
 K is padded with zero codes (scale 1) to the instruction's K: zero elements add nothing.  A K that
 is not a multiple of the scale block ends in a partial block, which the MMA reads zero-padded to
@@ -25,34 +25,9 @@ from __future__ import annotations
 import numpy as np
 
 from .._fpenv import ieee_defaults
+from ..tensorcore.block_scales import E8M0_ONE, UE4M3_ONE, instruction_blocks, scale_codes
 
-__all__ = ["block_scaled_gemm", "block_scaled_gemm_quantized", "scale_codes", "k_block", "instruction_blocks"]
-
-_E8M0_ONE = 127
-_UE4M3_ONE = 0x38
-
-
-def scale_codes(scales: np.ndarray, scale_format: str) -> np.ndarray:
-    """uint8 codes of block-scale values: UE8M0 (powers of two 2**-127..2**127; NaN -> 0xff) or
-    UE4M3 (positive E4M3 values).  A value the format does not hold raises ``ValueError``."""
-    s = np.asarray(scales, np.float64)
-    if scale_format == "ue8m0":
-        fin = np.isfinite(s) & (s > 0)
-        e = np.zeros(s.shape, np.int64)
-        e[fin] = np.frexp(s[fin])[1] - 1
-        if not np.array_equal(np.ldexp(1.0, e[fin]), s[fin]) or (e[fin] < -127).any() or (e[fin] > 127).any():
-            raise ValueError("UE8M0 scales must be powers of two in 2**-127 .. 2**127 (or NaN)")
-        if (~fin & ~np.isnan(s)).any():
-            raise ValueError("UE8M0 scales must be positive powers of two (or NaN)")
-        return np.where(fin, e + 127, 255).astype(np.uint8)
-    if scale_format == "ue4m3":
-        import ml_dtypes
-
-        c = s.astype(np.float32).astype(ml_dtypes.float8_e4m3fn)
-        if not np.array_equal(c.astype(np.float64), s, equal_nan=True) or (np.signbit(s) & (s != 0)).any():
-            raise ValueError("UE4M3 scales must be non-negative E4M3 values")
-        return (c.view(np.uint8) & 0x7F).astype(np.uint8)
-    raise ValueError(f"scale_format must be 'ue8m0' or 'ue4m3', got {scale_format!r}")
+__all__ = ["block_scaled_gemm", "block_scaled_gemm_quantized", "k_block"]
 
 
 def k_block(q, k_axis: int) -> int:
@@ -61,25 +36,8 @@ def k_block(q, k_axis: int) -> int:
     and 16x16 tiles), not ``q.block_shape``, which is clamped to K when K is shorter than a block.
     Such a K is one partial block, as the MMA sees it zero-padded to the block: its scale, from the
     amax of its real elements, is the padded block's."""
-    from ..scaling import Group, Tile
-
-    g = q.granularity
-    if isinstance(g, Tile):
-        return int(g.cols if k_axis == 1 else g.rows)
-    if isinstance(g, Group) and g.axis % 2 == k_axis:
-        return int(g.size)
-    return int(q.block_shape[k_axis])
-
-
-def instruction_blocks(accumulator: str, scale_format: str) -> tuple[int, ...]:
-    """The scale blocks along K (in elements) that the block-scaled MMA ``accumulator``
-    (``"sm100:tcgen05.mma.kind::mxf8f6f4"``, ...) takes with ``scale_format`` (``"ue8m0"`` or
-    ``"ue4m3"``)."""
-    from . import archs
-
-    arch, _, key = accumulator.partition(":")
-    rows = [r for r in archs.ROWS if (r.arch, r.key) == (arch, key)]
-    return tuple(sorted({b for r in rows for s, b in r.scales if ("ue8m0" if s == "e8m0" else s) == scale_format}))
+    b = q.granularity.block_extent(k_axis)
+    return int(q.block_shape[k_axis] if b is None else b)
 
 
 def _pad(a: np.ndarray, n: int, axis: int, fill: int) -> np.ndarray:
@@ -102,10 +60,10 @@ def block_scaled_gemm(x, w, recipe, *, return_parts: bool = False):
     what went into the MMA (``a``, ``b`` codes, ``sa``, ``sb`` scale codes, ``scale_format``,
     ``alpha``, ``acc`` the fp32 accumulator).
     """
-    from ..recipes import recipe as get_recipe
     from ..scaling import quantize
     from ..scaling.nvfp4 import quantize_nvfp4_2d
     from ..scaling.orientation import along_k
+    from .presets import recipe as get_recipe
 
     r = get_recipe(recipe)
     if not r.block_scaled:
@@ -137,11 +95,10 @@ def block_scaled_gemm_quantized(qa, qb, recipe, *, return_parts: bool = False):
     formats are the tensors' own (a gradient in another format than the recipe's ``x_format``).
     Returns as :func:`block_scaled_gemm`.
     """
-    from ..gemm_core import cast_output
-    from ..recipes import recipe as get_recipe
     from ..scaling import QuantizedTensor
-    from . import matmul
-    from .registry import get_model
+    from ..tensorcore import get_model, matmul
+    from .engine import cast_output
+    from .presets import recipe as get_recipe
 
     r = get_recipe(recipe)
     if not r.block_scaled:
@@ -171,7 +128,7 @@ def block_scaled_gemm_quantized(qa, qb, recipe, *, return_parts: bool = False):
     sa = np.repeat(scale_codes(qa.scales, sfmt), qa.block_shape[0], axis=0)[:M]
     sb = np.repeat(scale_codes(qb.scales, sfmt), qb.block_shape[1], axis=1)[:, :N]
     pad = -K % model.instr_k
-    one = _UE4M3_ONE if sfmt == "ue4m3" else _E8M0_ONE
+    one = UE4M3_ONE if sfmt == "ue4m3" else E8M0_ONE
     a = _pad(np.ascontiguousarray(qa.codes), pad, 1, 0)
     b = _pad(np.ascontiguousarray(qb.codes), pad, 0, 0)
     nks = -(-(K + pad) // bx)

@@ -1,7 +1,8 @@
-"""Scaled FP8 GEMMs as real kernels run them, with an error report.
+"""The public GEMMs: :func:`gemm` (float operands, quantized as the recipe says) and
+:func:`scaled_gemm` (FP8 codes and scales the user already has, as a library runs them).
 
 ``fp8sim.gemm(x, w, recipe)`` quantizes ``x (M, K)`` and ``w (K, N)`` (or
-``(N, K)`` with ``layout="nk"``) as the :class:`~fp8sim.recipes.Recipe` says,
+``(N, K)`` with ``layout="nk"``) as the :class:`~fp8sim.gemms.recipes.Recipe` says,
 multiplies the FP8 codes on a bit-exact tensor-core accumulator model,
 promotes the tensor-core partial into an fp32 accumulator every
 ``promote_every`` K elements while applying the scales, and casts the result
@@ -21,9 +22,9 @@ With ``scale_at="epilogue"`` the promotion is a plain fp32 add and
 
 The stages are: :func:`quantize_operands` (recipe granularities laid along K by
 :func:`along_k`), :func:`kernel_inputs` (codes zero-padded along K, scales per K block:
-:func:`k_scales`, :func:`pad_k`), :func:`~fp8sim.gemm_core.scaled_matmul` (the arithmetic, in
-:mod:`fp8sim.gemm_core`), the output cast, and on request the :class:`GemmReport`
-(:mod:`fp8sim.gemm_report`).
+:func:`k_scales`, :func:`pad_k`), :func:`~fp8sim.gemms.engine.scaled_matmul` (the arithmetic, in
+:mod:`fp8sim.gemms.engine`), the output cast, and on request the :class:`GemmReport`
+(:mod:`fp8sim.gemms.error_report`).
 
 K that is not a multiple of the promotion interval / 32 is zero-padded at
 the end (zero codes), as TMA-fed kernels do; the ragged last scale block is
@@ -42,157 +43,29 @@ quantizer's rules (a NaN makes its scale block NaN, so every output that
 uses the block is NaN; +-inf saturates to +-max * scale) and then propagate
 through the accumulator model as on the H200 (an inf or NaN product makes
 the instruction's result inf/NaN; fp32 NaN outputs are 0x7fffffff).
+
+:func:`scaled_gemm` is ``torch._scaled_mm`` / a Triton or DeepGEMM kernel rebuilt on the CPU: FP8
+codes and fp32 scales in, the output format's values out, with every arithmetic choice a library
+makes taken from the :class:`~fp8sim.Recipe` (docs/libraries.md).
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 
-from ._fpenv import ieee_defaults
-from ._inputs import flag, float_input
+from .._fpenv import ieee_defaults
+from .._inputs import flag
+from ..formats import Format
+from ..formats import format as get_format
+from ..scaling import QuantizedTensor
 from .device import is_device_array
-from .gemm_core import cast_output, scaled_matmul, wide_matmul
-from .gemm_report import SOURCES, GemmReport, fp8_gemm_report, wide_gemm_report
+from .engine import cast_output, run_codes, wide_matmul
+from .error_report import GemmReport, fp8_gemm_report, wide_gemm_report
+from .operands import check_inputs, kernel_inputs, padded_inputs, prepare, quantize_operands
+from .presets import recipe as get_recipe
 from .recipes import Recipe
-from .recipes import recipe as get_recipe
-from .scaled import pad_k, padded_k, run_codes
-from .scaling import QuantizedTensor, quantize
-from .scaling.orientation import along_k, transpose_granularity
 
-__all__ = [
-    "gemm",
-    "GemmReport",
-    "quantize_operands",
-    "scaled_matmul",
-    "transpose_granularity",
-    "along_k",
-    "k_scales",
-    "pad_k",
-    "padded_k",
-    "kernel_inputs",
-    "SOURCES",
-]
-
-
-# ------------------------------------------------------------------ input checks
-def _as_float2d(a, name: str) -> np.ndarray | QuantizedTensor:
-    if isinstance(a, QuantizedTensor):
-        return a
-    # float32/float64 as they are, float16/bfloat16 exactly to float32, other dtypes: TypeError
-    arr, _ = float_input(a, "fp8sim.gemm", name)
-    if arr.ndim != 2:
-        raise ValueError(f"fp8sim.gemm: {name} must be 2-D, got shape {arr.shape}")
-    if 0 in arr.shape:
-        raise ValueError(f"fp8sim.gemm: {name} must not be empty, got shape {arr.shape}")
-    return arr
-
-
-def _check_inputs(x, w, layout: str):
-    if layout not in ("kn", "nk"):
-        raise ValueError(f"fp8sim.gemm: layout must be 'kn' (w is (K, N)) or 'nk' (w is (N, K)), got {layout!r}")
-    x = _as_float2d(x, "x")
-    w = _as_float2d(w, "w")
-    if isinstance(w, QuantizedTensor):
-        if len(w.shape) != 2:
-            raise ValueError(f"fp8sim.gemm: w must be 2-D, got shape {w.shape}")
-        if layout == "nk":
-            w = transpose_quantized(w)
-    elif layout == "nk":
-        w = w.T
-    if isinstance(x, QuantizedTensor) and len(x.shape) != 2:
-        raise ValueError(f"fp8sim.gemm: x must be 2-D, got shape {x.shape}")
-    kx, kw = x.shape[1], w.shape[0]
-    if kx != kw:
-        wshape = tuple(w.shape) if layout == "kn" else tuple(w.shape)[::-1]
-        raise ValueError(
-            f"fp8sim.gemm: inner dimensions differ: x is {tuple(x.shape)} (K={kx}), "
-            f"w is {wshape} with layout={layout!r} (K={kw})"
-        )
-    return x, w
-
-
-# ------------------------------------------------------------------ orientation along K
-def transpose_quantized(q: QuantizedTensor) -> QuantizedTensor:
-    """The QuantizedTensor of a 2-D ``q``'s transpose: codes, scales, amax AND granularity
-    transposed, so that ``transpose_quantized(q).dequantize() == q.dequantize().T``."""
-    g = transpose_granularity(q.granularity)
-    shape = tuple(q.shape)[::-1]
-    if tuple(q.scales.shape[::-1]) != g.scale_shape(shape):  # scales that do not fit their granularity
-        raise ValueError(
-            f"fp8sim.gemm: cannot transpose {q!r}: its scales {q.scales.shape} do not match "
-            f"its granularity {q.granularity.name} on shape {q.shape}"
-        )
-    return replace(
-        q,
-        codes=np.ascontiguousarray(q.codes.T),
-        scales=np.ascontiguousarray(q.scales.T),
-        shape=shape,
-        amax=np.ascontiguousarray(np.asarray(q.amax).T),
-        block_shape=g.block_shape(shape),
-        granularity=g,
-        _view=None,
-    )
-
-
-# ------------------------------------------------------------------ quantization
-def quantize_operands(x, w, recipe) -> tuple[QuantizedTensor, QuantizedTensor]:
-    """Quantize ``x (M, K)`` and ``w (K, N)`` as ``recipe`` says (QuantizedTensors pass through)."""
-    r = get_recipe(recipe)
-    out = []
-    for a, fmt, g, name in ((x, r.x_format, r.x_granularity, "x"), (w, r.w_format, r.w_granularity, "w")):
-        if isinstance(a, QuantizedTensor):
-            out.append(a)
-            continue
-        out.append(
-            quantize(
-                a,
-                fmt,
-                along_k(g, name),
-                scale_format=r.scale_format,
-                scale_rounding=r.scale_rounding,
-                margin=r.margin,
-            )
-        )
-    return out[0], out[1]
-
-
-# ------------------------------------------------------------------ the kernel's operands
-def k_scales(qx: QuantizedTensor, qw: QuantizedTensor, Kp: int):
-    """Scales per K block for the kernel: ``(sa (M, nks), sb (nks, N), kscale, nks)``, float32
-    scales and the block length along K (``Kp`` for one block over all of K)."""
-    M, K = qx.shape
-    N = qw.shape[1]
-    bmx, bkx = qx.block_shape
-    bkw, bnw = qw.block_shape
-    bkx = K if qx.scales.shape[1] == 1 else bkx
-    bkw = K if qw.scales.shape[0] == 1 else bkw
-    kscale = min(bkx, bkw)
-    for b, n in ((bkx, qx.scales.shape[1]), (bkw, qw.scales.shape[0])):
-        if n > 1 and b % kscale:
-            raise ValueError(f"fp8sim.gemm: scale blocks along K of {bkx} (x) and {bkw} (w) do not nest")
-    if kscale % 32 and qx.scales.shape[1] * qw.scales.shape[0] > 1:
-        raise ValueError(f"fp8sim.gemm: K scale blocks must be multiples of 32 (one MMA), got {kscale}")
-    nks = -(-Kp // kscale) if kscale < K else 1
-    j = np.arange(nks) * kscale
-    ia = np.minimum(j // bkx, qx.scales.shape[1] - 1) if qx.scales.shape[1] > 1 else np.zeros(nks, int)
-    iw = np.minimum(j // bkw, qw.scales.shape[0] - 1) if qw.scales.shape[0] > 1 else np.zeros(nks, int)
-    sa = np.repeat(qx.scales.astype(np.float32), bmx, axis=0)[:M][:, ia]
-    sb = np.repeat(qw.scales.astype(np.float32), bnw, axis=1)[:, :N][iw]
-    gs = float(qx.global_scale) * float(qw.global_scale)
-    if gs != 1.0:
-        raise ValueError("fp8sim.gemm: two-level (NVFP4) scales are not supported by the FP8 GEMM")
-    return np.ascontiguousarray(sa), np.ascontiguousarray(sb), (kscale if kscale < K else Kp), nks
-
-
-def kernel_inputs(qx: QuantizedTensor, qw: QuantizedTensor, promote_every: int | None):
-    """What :func:`scaled_matmul` takes for ``qx (M, K) @ qw (K, N)``: ``(A (M, Kp), B (Kp, N), sa,
-    sb, kscale)``, the codes zero-padded to :func:`padded_k` and the scales per K block
-    (:func:`k_scales`)."""
-    Kp = padded_k(qx.shape[1], promote_every)
-    sa, sb, kscale, _nks = k_scales(qx, qw, Kp)
-    return pad_k(qx.codes, Kp, 1), pad_k(qw.codes, Kp, 0), sa, sb, kscale
+__all__ = ["gemm", "scaled_gemm", "GemmReport"]
 
 
 def _fp8(qx: QuantizedTensor, qw: QuantizedTensor, r: Recipe, fidelity: str, backend: str = "cpu"):
@@ -203,8 +76,8 @@ def _fp8(qx: QuantizedTensor, qw: QuantizedTensor, r: Recipe, fidelity: str, bac
 
 
 def _gemm_on_device(x, w, r: Recipe, report: bool, layout: str, fidelity: str):
-    """:func:`gemm` on GPU device arrays (:mod:`fp8sim.device`): a CuPy array out."""
-    from .device import as_cupy, gemm_device, is_device_array
+    """:func:`gemm` on GPU device arrays (:mod:`fp8sim.gemms.device`): a CuPy array out."""
+    from .device import as_cupy, gemm_device, is_device_array  # noqa: F811
 
     if not (is_device_array(x) and is_device_array(w)):
         raise TypeError("fp8sim.gemm: x and w must both be device arrays (CuPy or CUDA torch) or both host arrays")
@@ -245,7 +118,7 @@ def gemm(
     backend : ``"cpu"`` (numba) or ``"cupy"`` (the same arithmetic as a CUDA-core kernel on an NVIDIA
         GPU, bit-identical; needs CuPy; wgmma-type accumulators and fidelity="exact" only).  With
         ``"cupy"``, ``x`` and ``w`` may be CuPy arrays or CUDA torch tensors: quantization, kernel
-        and output cast then run on the GPU (:mod:`fp8sim.device`) and the result is a CuPy array
+        and output cast then run on the GPU (:mod:`fp8sim.gemms.device`) and the result is a CuPy array
     baseline : the BF16 recipe the report compares against: ``"bf16"`` (numpy's float32 BLAS, the
         fast option) or ``"bf16-cublaslt"`` (the BF16 GEMM the H200 computes, cuBLASLt's
         arithmetic; pass ``.with_(split_k=...)`` for the library's split at your shape)
@@ -270,16 +143,16 @@ def gemm(
         raise ValueError(f"fp8sim.gemm: fidelity must be 'exact' or 'fast', got {fidelity!r}")
     if backend == "cupy" and (is_device_array(x) or is_device_array(w)):
         return _gemm_on_device(x, w, r, report, layout, fidelity)
-    x, w = _check_inputs(x, w, layout)
+    x, w = check_inputs(x, w, layout)
     if not r.is_fp8:
         y = wide_matmul(x, w, r)
         if report:
             return y, wide_gemm_report(x, w, r, y, baseline)
         return y
-    if r.block_scaled:  # MX / NVFP4 scales folded into the MMA (Blackwell): fp8sim.tensorcore.block_gemm
+    if r.block_scaled:  # MX / NVFP4 scales folded into the MMA (Blackwell): fp8sim.gemms.block_scaled
         if report:
             raise NotImplementedError(f"fp8sim.gemm: report=True is not available for block-scaled recipes ({r.name})")
-        from .tensorcore.block_gemm import block_scaled_gemm
+        from .block_scaled import block_scaled_gemm
 
         return block_scaled_gemm(x, w, r)
     qx, qw = quantize_operands(x, w, r)
@@ -294,3 +167,85 @@ def gemm(
     if report:
         return y, fp8_gemm_report(x, w, qx, qw, r, y, parts, baseline)
     return y
+
+
+def _check_block_scaled_formats(r: Recipe, fa: Format, fb: Format) -> None:
+    """A block-scaled recipe (MXFP8 / MXFP4 / NVFP4) in :func:`scaled_gemm`: its MMA must multiply
+    the codes' formats (``kind::mxf4`` and ``kind::mxf4nvf4`` take E2M1 only, not 8-bit codes)."""
+    from ..tensorcore import archs
+
+    assert isinstance(r.accumulator, str)
+    arch, _, key = r.accumulator.partition(":")
+    takes = sorted({f for row in archs.ROWS if (row.arch, row.key) == (arch, key) for f in row.formats})
+    bad = [f"{n}={f.name!r}" for n, f in (("a_format", fa), ("b_format", fb)) if f.name not in takes]
+    if bad:
+        eight = [f for f in takes if get_format(f).bits == 8]
+        hint = (
+            f"of these scaled_gemm takes {', '.join(eight)} codes"
+            if eight
+            else "scaled_gemm takes 8-bit codes, so it cannot run this recipe: use fp8sim.gemm (which quantizes "
+            "with the recipe's block scales) or fp8sim.tensorcore.matmul with a_scale / b_scale"
+        )
+        raise ValueError(
+            f"fp8sim.scaled_gemm: recipe {r.name!r} runs on the block-scaled MMA {r.accumulator!r}, which "
+            f"multiplies {', '.join(takes)} only, not {' and '.join(bad)}; {hint}"
+        )
+
+
+@ieee_defaults
+def scaled_gemm(
+    a_codes,
+    b_codes,
+    a_scale,
+    b_scale,
+    recipe="cublaslt-tensor",
+    *,
+    a_format="e4m3",
+    b_format="e4m3",
+    layout: str = "kn",
+    backend: str = "cpu",
+) -> np.ndarray:
+    """``y = (a_scale * a) @ (b_scale * b)`` on FP8 codes, as the library configuration ``recipe``
+    computes it (bit for bit where the preset is ``validated``; docs/libraries.md).
+
+    Parameters
+    ----------
+    a_codes : (M, K) uint8 codes of ``a_format``, an ml_dtypes float8 array or a torch float8 tensor
+    b_codes : (K, N) codes (``layout="kn"``), or (N, K) (``layout="nk"``, torch's weight layout)
+    a_scale : fp32 scales: ``()`` tensorwise, ``(M, 1)`` rowwise, ``(M, ceil(K/128))`` 1x128 blocks
+    b_scale : ``()`` tensorwise, ``(1, N)`` per output column, 128x128 blocks as
+        ``(ceil(K/128), ceil(N/128))`` (``"kn"``) or ``(ceil(N/128), ceil(K/128))`` (``"nk"``: the
+        blocks of b as given).  torch's ``scale_b`` for ``torch._scaled_mm(a, w.t(), ...)`` is the
+        ``(ceil(K/128), ceil(N/128))`` one: pass ``scale_b.T`` with ``layout="nk"`` (a square grid of
+        blocks cannot tell the two apart)
+    recipe : a preset name (``fp8sim.recipe_names()``: ``"cublaslt-tensor"``, ``"cublaslt-row-fast"``,
+        ``"cublaslt-block"``, ``"triton"``, ``"deepseek-v3"``, ...) or a :class:`~fp8sim.Recipe`; its
+        arithmetic fields are used (accumulator, promotion, scale placement and order, split-K,
+        output format), not its formats and granularities (the codes' formats are given here, the
+        granularity follows from the scale shapes)
+    backend : ``"cpu"`` or ``"cupy"`` (the CUDA-core emulation kernel, bit-identical)
+
+    Returns
+    -------
+    (M, N) float32 array holding values of the recipe's output format (float64 for ``"fp64"``).
+    NaN / inf codes and scales follow IEEE arithmetic as the hardware does (a NaN scale makes
+    every output it scales NaN).
+    """
+    r = get_recipe(recipe)
+    if not r.is_fp8:
+        raise ValueError(f"fp8sim.scaled_gemm: recipe {r.name!r} is not an FP8 recipe (its operands are {r.x_format})")
+    A, B, sa, sb, kscale, fa, fb, kinds = prepare(a_codes, b_codes, a_scale, b_scale, a_format, b_format, layout)
+    if r.block_scaled:
+        _check_block_scaled_formats(r, fa, fb)
+    if r.scale_at == "epilogue" and kscale is not None:
+        raise ValueError(
+            f"fp8sim.scaled_gemm: recipe {r.name!r} applies the scales in the epilogue (one scale per row / "
+            f"column over all of K), but the scales are {kinds[0]} x {kinds[1]} blocks along K: use a recipe "
+            "with scale_at='promotion' (e.g. 'cublaslt-block', 'deepseek-v3')"
+        )
+    if kscale is not None and r.split_k > 1 and r.split_granule % kscale:
+        raise ValueError(f"fp8sim.scaled_gemm: split_granule {r.split_granule} is not a multiple of the scale block")
+    K = A.shape[1]
+    Ap, Bp, sa, sb, ks = padded_inputs(A, B, sa, sb, kscale, r)
+    y = run_codes(Ap, Bp, sa, sb, ks, fa, fb, r, K=K, backend=backend)
+    return cast_output(y, r.output_format)

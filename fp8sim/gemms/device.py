@@ -8,7 +8,7 @@ bit what the host path computes (tests/test_cuda_kernel.py).  What runs on the G
   fp32 block scales (``"tensor"``, ``"row"``, ``"1x128"``, ``"128x128"`` and any other fixed block
   shape), round to nearest even, saturating, ``margin`` powers of two -- :func:`quantize_device`;
 * the accumulator model's CUDA-core kernel (:mod:`fp8sim.tensorcore.cuda`), split-K slices and
-  epilogue scale orders as :func:`fp8sim.scaled.run_codes` runs them;
+  epilogue scale orders as :func:`fp8sim.gemms.engine.run_codes` runs them;
 * the output cast (bf16 or fp32, round to nearest even, the hardware's canonical NaN).
 
 Recipes outside that (other scale formats or roundings, delayed scaling, NVFP4 two-level scales)
@@ -204,7 +204,7 @@ def quantize_device(x, fmt, block: tuple[int, int], *, margin: int = 0, kp: int 
 
 
 def cast_output_device(y, out_fmt: str):
-    """:func:`fp8sim.gemm_core.cast_output` on a CuPy float32 array (``"bf16"`` or ``"fp32"``)."""
+    """:func:`fp8sim.gemms.engine.cast_output` on a CuPy float32 array (``"bf16"`` or ``"fp32"``)."""
     import cupy as cp
 
     if out_fmt not in ("bf16", "fp32"):
@@ -217,8 +217,7 @@ def cast_output_device(y, out_fmt: str):
 
 def unsupported_reason(r, fmt_x, fmt_w, gx, gw) -> str | None:
     """Why the GPU path cannot run recipe ``r`` with these formats and granularities, or None."""
-    from .rounding.fast8 import fast_params
-    from .scaling.granularities import NVFP4, DelayedScaling
+    from ..rounding.fast8 import fast_params
 
     for name, f in (("x_format", fmt_x), ("w_format", fmt_w)):
         if f.bits != 8 or fast_params(f, True) is None:
@@ -227,10 +226,10 @@ def unsupported_reason(r, fmt_x, fmt_w, gx, gw) -> str | None:
         return f"scale_format {r.scale_format!r}"
     if r.scale_rounding is not None:
         return f"scale_rounding {r.scale_rounding!r}"
-    from .scaling.orientation import along_k
+    from ..scaling.orientation import along_k
 
     for name, g, op in (("x_granularity", gx, "x"), ("w_granularity", gw, "w")):
-        if isinstance(along_k(g, op), (DelayedScaling, NVFP4)):
+        if not along_k(g, op).device_quantizable:
             return f"{name} {g!r}"
     return None
 
@@ -240,7 +239,7 @@ def dequantize_device(codes, scales, fmt, block: tuple[int, int]):
     :meth:`fp8sim.QuantizedTensor.dequantize` computes it; CuPy arrays ``codes (R, C)``, ``scales``."""
     import cupy as cp
 
-    from .rounding import decode_table
+    from ..rounding import decode_table
 
     R, C = codes.shape
     bm, bc = int(block[0]), int(block[1])
@@ -257,9 +256,10 @@ def gemm_device(x, w, r, layout: str = "kn", *, formats=None, granularities=None
     recipe's own, as a training GEMM's role needs (:func:`fp8sim.training.matmul`)."""
     import cupy as cp
 
-    from .formats import format as get_format
-    from .scaled import padded_k, run_codes
-    from .scaling.orientation import along_k
+    from ..formats import format as get_format
+    from ..scaling.orientation import along_k
+    from .engine import run_codes
+    from .operands import padded_k
 
     fx, fw = (get_format(f) for f in (formats or (r.x_format, r.w_format)))
     gx_spec, gw_spec = granularities or (r.x_granularity, r.w_granularity)
@@ -292,7 +292,7 @@ def gemm_device(x, w, r, layout: str = "kn", *, formats=None, granularities=None
         cw, sw = quantize_device(w, fw, (bkw, bnw), margin=r.margin)
         Bt = cp.zeros((N, Kp), cp.uint8)
         Bt[:, :K] = cw.T
-    # scales per K block, as fp8sim.pipeline.k_scales
+    # scales per K block, as fp8sim.gemms.operands.k_scales
     bkx = K if sx.shape[1] == 1 else bkx
     bkw = K if sw.shape[0] == 1 else bkw
     kscale = min(bkx, bkw)
