@@ -260,7 +260,7 @@ def _dequant_span(codes, table, scales, M, N, bm, bn, nbm, nbn, glob, f0, out_d,
 
 
 def _q_view(q) -> tuple[int, int, int, int, int, int, int]:
-    from .scaling import view_of
+    from .scaling.granularities import view_of
 
     B, M, N, bm, bn = view_of(q.granularity, q.shape)
     return B, M, N, bm, bn, -(-M // bm), -(-N // bn)

@@ -14,7 +14,7 @@ def main() -> None:
     import cupy as cp
 
     import fp8sim
-    from fp8sim.tensorcore import cuda, cuda_source
+    from fp8sim.tensorcore import cuda
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=4096)
@@ -38,7 +38,7 @@ def main() -> None:
         for _ in range(3):
             y = cuda.device_wgmma_gemm(a, b, e4, e4, sa, sb, 128, 128, 0, 13, -1024, b_layout="nk")
             ts.append(cuda.last_kernel_seconds)
-        k = mod.get_function(cuda_source.KERNEL_NAMES["large"])
+        k = mod.get_function(cuda.KERNEL_NAMES["large"])
         at = k.attributes
         same = "" if ref is None else f" same-as-base={bool((cp.asnumpy(y).view(np.uint32) == ref).all())}"
         if ref is None:

@@ -33,7 +33,7 @@ def main() -> None:
 
     import fp8sim
     from fp8sim.gemms.engine import scaled_matmul
-    from fp8sim.tensorcore import cuda, cuda_source
+    from fp8sim.tensorcore import cuda
     from fp8sim.tensorcore.fast import SCALE_EPILOGUE, SCALE_FMA, SCALE_MUL_ADD
 
     ap = argparse.ArgumentParser()
@@ -125,7 +125,7 @@ def main() -> None:
         "device": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(),
         "cupy": cp.__version__,
         "python": platform.python_version(),
-        "kernel_source_sha256": hashlib.sha256(cuda_source.CUDA_SOURCE.encode()).hexdigest(),
+        "kernel_source_sha256": hashlib.sha256(cuda.CUDA_SOURCE.encode()).hexdigest(),
         "kernel_outputs_compared": total,
         "kernel_mismatches": bad,
         "device_gemm_outputs_compared": gemm_total,

@@ -17,7 +17,7 @@ import pytest
 import fp8sim.tensorcore as tc
 from fp8sim.formats import format as fmt_of
 from fp8sim.tensorcore import archs
-from fp8sim.tensorcore.mma_tiles import COLUMNS_PER_TASK, MB, NB
+from fp8sim.tensorcore._mma_tiles import COLUMNS_PER_TASK, MB, NB
 from fp8sim.tensorcore.scaled_mma import decode_operand
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -93,7 +93,7 @@ def test_operand_decoding_equals_the_format_decoder(monkeypatch):
     # tf32 once more through the path of wide formats not laid out as float32 (decode_operand)
     from fp8sim.rounding import decode
     from fp8sim.tensorcore import scaled_mma
-    from fp8sim.tensorcore.mma_decode import outside
+    from fp8sim.tensorcore._mma_decode import outside
 
     rng = np.random.default_rng(3)
     for name, codes in (("tf32", np.arange(1 << 19, dtype=np.uint32)), ("bf16", np.arange(1 << 16, dtype=np.uint16)),
@@ -182,7 +182,7 @@ def _custom_models():
 @pytest.mark.parametrize("model", _custom_models(), ids=lambda m: m.name)
 def test_general_kernels_equal_the_bit_level_kernel(model):
     # the same model on the kernels of scaled_mma and, marked validated, on the sm90 bit-level kernel
-    # (fp8sim.tensorcore.bitexact, a second implementation): every output bit for bit, on finite codes
+    # (fp8sim.tensorcore._bitexact, a second implementation): every output bit for bit, on finite codes
     # (the fast path) and on the whole code space (the float64 path), C over many magnitudes, with and
     # without promotion
     from dataclasses import replace

@@ -172,10 +172,10 @@ def test_recorded_gpu_run_is_of_this_kernel():
     machine without a GPU it is the evidence that the CUDA path is bit-exact."""
     import hashlib
 
-    from fp8sim.tensorcore import cuda_source
+    from fp8sim.tensorcore import cuda
 
     rec = _record()
-    assert rec["kernel_source_sha256"] == hashlib.sha256(cuda_source.CUDA_SOURCE.encode()).hexdigest(), (
+    assert rec["kernel_source_sha256"] == hashlib.sha256(cuda.CUDA_SOURCE.encode()).hexdigest(), (
         "the kernel changed since the recorded run: re-run gpu/verify_emulation.py on a GPU"
     )
     assert "H200" in rec["device"]

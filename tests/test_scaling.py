@@ -18,7 +18,8 @@ import fp8sim
 from fp8sim.formats import UnknownNameError
 from fp8sim.rounding import RoundMode
 from fp8sim.rounding.fast8 import NO_FAST, FastParams, fast_params, rne_code32
-from fp8sim.scaling import MX, DelayedScaling, Group, ScalePolicy, Tile, quantize, scale_policy
+from fp8sim.scaling import MX, DelayedScaling, Group, Tile, quantize
+from fp8sim.scaling.policy import ScalePolicy, scale_policy
 
 GRANS = ["tensor", "row", "col", "1x8", "4x8", "3x5", "g4", "mx32", Group(4, axis=0), "nvfp4"]
 FMTS = ["e4m3", "e5m2"]

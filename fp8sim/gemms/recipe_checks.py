@@ -241,7 +241,7 @@ def _check_accumulator(f: _Fields, who: str) -> None:
 def _check_scaling(f: _Fields, who: str) -> None:
     """Granularities and scale policy, as quantize and the GEMM kernel will need them."""
     from ..scaling import granularity as _granularity
-    from ..scaling import scale_policy
+    from ..scaling.policy import scale_policy
 
     grans = {}
     for which in ("x_granularity", "w_granularity"):

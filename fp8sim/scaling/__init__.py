@@ -120,10 +120,8 @@ from .granularities import (
     PerRow,
     PerTensor,
     Tile,
-    view_of,
 )
 from .names import granularity, granularity_names, register_granularity
-from .policy import SCALE_FORMATS, SCALE_ROUNDINGS, ScalePolicy, canonical_scale_rounding, scale_policy
 from .quantization import quantize
 from .tensor import QuantizedTensor, dequantize
 
@@ -144,10 +142,4 @@ __all__ = [
     "granularity_names",
     "quantize",
     "dequantize",
-    "SCALE_FORMATS",
-    "SCALE_ROUNDINGS",
-    "ScalePolicy",
-    "scale_policy",
-    "canonical_scale_rounding",
-    "view_of",
 ]

@@ -29,12 +29,12 @@ The package:
 * :mod:`~fp8sim.tensorcore.registry` -- the presets per (arch, instruction), :func:`get_model`,
   :func:`register_model` (and how to add an instruction);
 * :mod:`~fp8sim.tensorcore.codes` -- :func:`code_table`, the per-code tables of an 8-bit format;
-* :mod:`~fp8sim.tensorcore.bitexact` -- the bit-level reference kernels;
+* :mod:`~fp8sim.tensorcore._bitexact` -- the bit-level reference kernels;
 * :mod:`~fp8sim.tensorcore.api` -- :func:`mma` and :func:`matmul`;
 * :mod:`~fp8sim.tensorcore.archs` -- the instruction table beyond Hopper (sm89, sm100, sm120,
   cdna3: formats, shapes, scales, evidence), :func:`models_listing`;
 * :mod:`~fp8sim.tensorcore.scaled_mma` -- their GEMMs (block scales, FP4 groups, CDNA3) on the numba
-  kernels of :mod:`~fp8sim.tensorcore.mma_kernels`; :mod:`~fp8sim.gemms.block_scaled` -- the
+  kernels of :mod:`~fp8sim.tensorcore._mma_kernels`; :mod:`~fp8sim.gemms.block_scaled` -- the
   recipes whose block scales are folded into the MMA (MXFP8, MXFP4, NVFP4 on Blackwell);
 * :mod:`~fp8sim.tensorcore.captures` -- :func:`verify_capture` and the hardware captures;
 * :mod:`~fp8sim.tensorcore.fast` -- the fast numba GEMM kernel of the wgmma-type models

@@ -13,7 +13,7 @@ from .._fpenv import ieee_defaults
 from ..formats import Format
 from ..formats import format as _get_format
 from . import archs, kernels
-from .bitexact import matmul_kernel
+from ._bitexact import matmul_kernel
 from .codes import code_table
 from .model import K_INSTR, AccumulatorModel, instruction_order, model_params
 from .registry import PRESETS, get_model

@@ -1,7 +1,7 @@
 """The CUDA-core twin of :func:`fp8sim.tensorcore.fast.wgmma_gemm`, launched through CuPy (``backend="cupy"``).
 
 The same arithmetic as ``wgmma_gemm``, bit for bit, on any NVIDIA GPU (the kernel, in
-:mod:`.cuda_source`, never uses the tensor-core instructions it models).  :func:`device_wgmma_gemm`
+:mod:`._cuda_source`, never uses the tensor-core instructions it models).  :func:`device_wgmma_gemm`
 takes and returns CuPy device arrays; :func:`cupy_wgmma_gemm` is the host-array wrapper that
 ``fp8sim.gemm(..., backend="cupy")`` used before device inputs existed.  :data:`last_kernel_seconds`
 holds the kernel time of the last launch (CUDA events).
@@ -18,11 +18,18 @@ from typing import Any
 
 import numpy as np
 
-from .cuda_source import CUDA_SOURCE, KERNEL_NAMES, TILES
+from ._cuda_source import CUDA_SOURCE, KERNEL_NAMES, TILES
 from .fast import code_tables
 from .kernels import cuda_operands
 
-__all__ = ["device_wgmma_gemm", "cupy_wgmma_gemm", "compile_kernels", "last_kernel_seconds"]
+__all__ = [
+    "device_wgmma_gemm",
+    "cupy_wgmma_gemm",
+    "compile_kernels",
+    "last_kernel_seconds",
+    "CUDA_SOURCE",
+    "KERNEL_NAMES",
+]
 
 _ETA = np.float32(1.0 + 2.0**-20)
 _NEG = -10000  # the tables' exponent of a zero, NaN or inf code

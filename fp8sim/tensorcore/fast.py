@@ -26,7 +26,7 @@ multiply and add; see :func:`wgmma_gemm`.
 without inf / NaN codes (the common case; :func:`wgmma_gemm` takes the rest).
 It decodes the codes through 256-entry tables into packed tiles and runs each
 32-product group on a tile of accumulators with one LLVM function
-(:func:`fp8sim.tensorcore.fast_blocks.tile_group`): the group's exponent on
+(:func:`fp8sim.tensorcore._fast_blocks.tile_group`): the group's exponent on
 int8 lanes, then one FMA rounded toward zero per product into a biased
 accumulator, which adds each product truncated toward zero to ``F`` fraction
 bits below the exponent (the arithmetic of the CUDA-core kernel; all exact).
@@ -45,8 +45,8 @@ from numba import njit, prange
 
 from .. import _fpenv
 from ..intrinsics import fma32
+from ._fast_blocks import TILE_N, TILE_ROWS, promote_tile, tile_group
 from .codes import code_table
-from .fast_blocks import TILE_N, TILE_ROWS, promote_tile, tile_group
 from .kernels import packed_operands
 
 __all__ = [
@@ -219,7 +219,7 @@ def code_tables(fmt, subnormal_exponent: str = "clamp"):
     return v, e, cls >= 2
 
 
-# ---------------------------------------------------------------- packed kernel (fast_blocks.tile_group)
+# ---------------------------------------------------------------- packed kernel (_fast_blocks.tile_group)
 _MAX_ROWS = 96  # output rows per tile at most (a multiple of TILE_ROWS): B's panel is reused over them
 _A_BYTES = 2**28  # packed A per block of rows at most (about; at least one row tile)
 _NONE8 = -64  # int8 exponent of a zero code: none + none and none + any real exponent stay in range
@@ -412,7 +412,7 @@ def wgmma_gemm_codes(a_codes, b_codes, fa, fb, sa, sb, kscale, promote, mode, F,
 
     Decodes through 256-entry tables (A once, B once per chunk of column panels and block of A's rows,
     blocks of up to 256 MiB of packed A: 5.25 bytes per code) and runs each group
-    on a tile with :func:`fp8sim.tensorcore.fast_blocks.tile_group`: int8 exponent maxima, then one
+    on a tile with :func:`fp8sim.tensorcore._fast_blocks.tile_group`: int8 exponent maxima, then one
     FMA rounded toward zero per product into a biased accumulator, which adds every product
     truncated toward zero to ``F`` fraction bits below the group's exponent (all exact).  Returns
     the (M, N) float32 result, bit-identical to :func:`wgmma_gemm`, or None where an operand holds

@@ -146,7 +146,7 @@ class Kernel:
 
 # ---------------------------------------------------------------- the conditions (private bodies)
 def _sm90_claims(model):
-    """The models the sm90 bit-level kernel (:mod:`~fp8sim.tensorcore.bitexact`) computes."""
+    """The models the sm90 bit-level kernel (:mod:`~fp8sim.tensorcore._bitexact`) computes."""
     if model is None:
         return "needs an accumulator model (not 'fp64')"
     if model.kind not in ("fused", "exact", "fp32"):
@@ -316,7 +316,7 @@ def _packed_supports(r: Request):
 
 
 def cuda_operands(fa: Format, fb: Format, F: int, out_frac_bits: int) -> str | None:
-    """None where the CUDA kernel's truncation identity holds (see :mod:`.cuda_source`): F <= 18, A's values times
+    """None where the CUDA kernel's truncation identity holds (see :mod:`._cuda_source`): F <= 18, A's values times
     ``1 + 2**-20`` exact in float32 (at most 3 fraction bits), at most 18 fraction bits in a
     product, and C (the accumulator, ``out_frac_bits`` fraction bits) of at most 19; else the reason.
     Part of the ``"cuda"`` kernel's :meth:`Kernel.supports`, and checked by
@@ -438,7 +438,7 @@ KERNELS: tuple[Kernel, ...] = (
         "of 8-bit operands, batched (the H200-validated reference)",
         "chain",
         "cpu",
-        "fp8sim.tensorcore.bitexact.matmul_kernel",
+        "fp8sim.tensorcore._bitexact.matmul_kernel",
         _sm90_claims,
         _sm90_supports,
         _sm90_defers,

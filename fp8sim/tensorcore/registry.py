@@ -14,7 +14,7 @@ Adding an instruction (Ada ``sm89``, Blackwell ``sm100``, AMD CDNA3 ``gfx942``, 
    of ``python -m gpu.capture`` on that hardware pass ``verify_capture``;
 2. otherwise it needs one new kind: a name in ``KINDS``, its parameters (if any) in
    :class:`~fp8sim.tensorcore.model.AccumulatorModel` and ``ModelParams``, and one block kernel in
-   :mod:`fp8sim.tensorcore.bitexact`, called from the one dispatch on ``P.kind`` in ``_instr``.
+   :mod:`fp8sim.tensorcore._bitexact`, called from the one dispatch on ``P.kind`` in ``_instr``.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The operands are decoded once into their values and *nominal* exponents (subnormals clamped at
 the format's emin; zero, inf and NaN get no exponent); the numba kernels of
-:mod:`fp8sim.tensorcore.mma_kernels` (whose docstring proves each step exact) then run one of
+:mod:`fp8sim.tensorcore._mma_kernels` (whose docstring proves each step exact) then run one of
 three datapaths, reading :class:`~fp8sim.tensorcore.model.AccumulatorModel` parameters:
 
 * ``kind="fused"`` with ``group=1``: per block of ``block`` products, C and the products aligned
@@ -31,9 +31,9 @@ import numpy as np
 
 from ..formats import Format, NanStyle
 from ..rounding import RoundMode, decode, decode_table, round_mode
-from . import mma_decode as _d
-from . import mma_kernels as _k
-from . import mma_tiles as _t
+from . import _mma_decode as _d
+from . import _mma_kernels as _k
+from . import _mma_tiles as _t
 from .model import OUT_ROUNDINGS, OUTPUTS, AccumulatorModel
 
 __all__ = [
@@ -123,7 +123,7 @@ def decode_scales(codes: np.ndarray, fmt: Format) -> tuple[np.ndarray, np.ndarra
 
 def _narrow(fmt: Format) -> bool:
     """Whether products of two ``fmt`` values are exact in float32 (at most 12 significant bits
-    each); their range is checked per block (:func:`fp8sim.tensorcore.mma_decode.outside`)."""
+    each); their range is checked per block (:func:`fp8sim.tensorcore._mma_decode.outside`)."""
     return fmt.bits <= 19 and fmt.mbits <= 11
 
 
@@ -143,7 +143,7 @@ def _kernel_tables(fmt: Format, subnormal_exponent: str):
 
 def _decoded(codes, fmt: Format, subnormal_exponent: str, L: int, side: str):
     """(values float32, nominal exponents int16, fast-path flags) of an operand's codes, in one
-    pass (:mod:`fp8sim.tensorcore.mma_decode`): A's flags per row and block of ``L``, B's per block
+    pass (:mod:`fp8sim.tensorcore._mma_decode`): A's flags per row and block of ``L``, B's per block
     and column tile."""
     codes = np.ascontiguousarray(_checked(codes, fmt))
     R, C = codes.shape

@@ -40,7 +40,7 @@ from .. import _fpenv
 from .._fpenv import ieee_defaults
 from ..formats import format as get_format
 from ..rounding import RoundMode
-from .bitexact import round_out
+from ._bitexact import round_out
 from .kernels import get_kernel
 from .model import FUSED, AccumulatorModel, model_params
 from .scaled_mma import run_general

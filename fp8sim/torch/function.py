@@ -303,11 +303,14 @@ def _cupy():
 
 def _on_gpu(opts: LinearOptions) -> bool:
     """Whether a CUDA GEMM of ``opts`` runs on the GPU (:mod:`fp8sim.gemms.device`): FP8 recipes with fp32
-    block scales, without per-group expansion (the wide recipes' fixed-order float64 sums and the
-    rest run on the host, the same bits)."""
+    block scales, without per-group expansion, whose every role's GEMM the kernel registry gives a CUDA
+    kernel (:func:`fp8sim.gemms.kernel_choice` with ``backend="cupy"``); the wide recipes' fixed-order
+    float64 sums and the rest run on the host, the same bits."""
     from ..formats import format as get_format
     from ..gemms.device import unsupported_reason
+    from ..gemms.kernels import kernel_choice
     from ..gemms.roles import role_formats, role_granularities
+    from ..tensorcore.kernels import get_kernel
 
     r = opts.gemm_recipe
     if not r.is_fp8 or r.block_scaled or is_stateful(r) or opts.fidelity != "exact" or _cupy() is None:
@@ -316,7 +319,12 @@ def _on_gpu(opts: LinearOptions) -> bool:
         return False
     for role in ("fprop", "dgrad", "wgrad"):
         fa, fb = (get_format(f) for f in role_formats(r, role))
-        if unsupported_reason(r.backward() if role != "fprop" else r, fa, fb, *role_granularities(r, role)) is not None:
+        rr = r.backward() if role != "fprop" else r
+        if unsupported_reason(rr, fa, fb, *role_granularities(r, role)) is not None:
+            return False
+        # the kernel registry decides whether the role's GEMM has a CUDA kernel (not a list kept here)
+        choice = kernel_choice(rr, backend="cupy", fidelity=opts.fidelity, a_format=fa, b_format=fb)
+        if choice.kernel is None or get_kernel(choice.kernel).device != "cuda":
             return False
     return True
 

@@ -1,10 +1,10 @@
 """Numba kernels of the tensor-core datapaths beyond Hopper, vectorized over N, exact by construction.
 
 The kernels of :mod:`fp8sim.tensorcore.scaled_mma` (which decodes the operands with
-:mod:`fp8sim.tensorcore.mma_decode` and picks one): :func:`fused_kernel` (MMA-Sim's T-FDPA, and
+:mod:`fp8sim.tensorcore._mma_decode` and picks one): :func:`fused_kernel` (MMA-Sim's T-FDPA, and
 ST-FDPA with MX scales), :func:`grouped_kernel` (GST-FDPA: MXFP4 / NVFP4) and
 :func:`interleaved_kernel` (GTR-FDPA: CDNA3's MFMA).  All three are the one tile loop of
-:mod:`fp8sim.tensorcore.mma_tiles` with their own row step.  Why every step is exact:
+:mod:`fp8sim.tensorcore._mma_tiles` with their own row step.  Why every step is exact:
 
 * **Products in float32.** On the *fast path* both operands' elements of the block have at most
   12 significant bits and magnitudes in [2**-24, 2**16) (every FP8/FP6/FP4 and fp16 value, and
@@ -48,8 +48,7 @@ import numpy as np
 from numba import njit, prange
 
 from .. import _fpenv
-from .bitcast import f32_bits, f64_bits, pow2, pow2f
-from .mma_tiles import (
+from ._mma_tiles import (
     MB,
     NB,
     NONE32,
@@ -67,6 +66,7 @@ from .mma_tiles import (
     tile,
     tiles,
 )
+from .bitcast import f32_bits, f64_bits, pow2, pow2f
 
 __all__ = ["fused_kernel", "grouped_kernel", "interleaved_kernel"]
 
@@ -76,7 +76,7 @@ __all__ = ["fused_kernel", "grouped_kernel", "interleaved_kernel"]
 def _fused_setup(pm, E, sc, scp, acc, ii, xai, xbr, nn, F, slow, scaled, emin, zexp):
     """Per column of a row's block: the largest exponent ``E`` (products with their scales' exponents
     ``xs``, the accumulator's, the floor ``zexp``) and the products' factor ``scp = 2**(F - E + xs)``
-    (float64, ``slow``) or ``sc`` its float32 (:func:`~fp8sim.tensorcore.mma_tiles.factor32`).  Without scales (``scaled``
+    (float64, ``slow``) or ``sc`` its float32 (:func:`~fp8sim.tensorcore._mma_tiles.factor32`).  Without scales (``scaled``
     false) xs is 0.  ``F``, ``xai``, ``xbr``, ``emin`` and ``zexp`` are int32."""
     if slow:
         for n in range(nn):

@@ -22,7 +22,7 @@ for every product). It has two passes:
    column, taken off ``M``'s bit pattern. The group's result ``S - (M - u * #negative)`` is exact.
    Its bit pattern is then masked to the output's fraction bits.
 
-This is the arithmetic of the CUDA-core kernel (:mod:`fp8sim.tensorcore.cuda_source`), which
+This is the arithmetic of the CUDA-core kernel (:mod:`fp8sim.tensorcore._cuda_source`), which
 rounds toward zero with ``__fmaf_rz``. On the CPU, rounding toward zero is the floating-point
 environment's rounding mode. The function saves the caller's mode, sets round-toward-zero
 (``llvm.set.rounding``), and restores the saved mode before it returns. Inside, every

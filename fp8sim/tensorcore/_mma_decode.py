@@ -1,4 +1,4 @@
-"""Operand decoding for the kernels of :mod:`fp8sim.tensorcore.mma_kernels`: one pass over the codes.
+"""Operand decoding for the kernels of :mod:`fp8sim.tensorcore._mma_kernels`: one pass over the codes.
 
 :func:`decode_a` (A, (M, K)) and :func:`decode_b` (B, (K, N)) write each element's value (float32),
 nominal exponent (int16, ``NONE16`` for zero, inf and NaN) and the fast-path flags of the blocks
@@ -15,8 +15,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ._mma_tiles import COLUMNS_PER_TASK, NONE16
 from .bitcast import f32_bits, f32_of
-from .mma_tiles import COLUMNS_PER_TASK, NONE16
 
 __all__ = ["decode_a", "decode_b", "gather", "outside"]
 

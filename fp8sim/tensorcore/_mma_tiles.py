@@ -1,4 +1,4 @@
-"""The one mechanism of the tensor-core kernels beyond Hopper (:mod:`fp8sim.tensorcore.mma_kernels`).
+"""The one mechanism of the tensor-core kernels beyond Hopper (:mod:`fp8sim.tensorcore._mma_kernels`).
 
 Every kernel there is the same loop: a task is a tile of :data:`MB` rows by :data:`NB` columns
 (:func:`tile`), its fp32 accumulator starts from C (:func:`load_c`), each block of ``L`` products
@@ -18,7 +18,7 @@ The loops run over a tile's columns on contiguous rows, without calls or tempora
 from 0 (or with unsigned indices: a signed offset would make numba wrap negative indices, which
 stops LLVM from vectorizing), exponents in int32 (8 vector lanes instead of int64's 4), powers of
 two and exponents as bit patterns (:mod:`fp8sim.tensorcore.bitcast`).  Why each step is exact is
-in :mod:`fp8sim.tensorcore.mma_kernels`.
+in :mod:`fp8sim.tensorcore._mma_kernels`.
 """
 
 from __future__ import annotations
